@@ -1,0 +1,66 @@
+"""``python -m codegen generate | check | validate``: the spec to the package and its docs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from codegen.loader import SpecError
+from codegen.pipeline import check, generate, load_protocols
+from codegen.render import RenderError
+
+__all__ = ["main"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m codegen",
+        description="Generate voxwire's messages, checks, frame codec, JSON Schema and reference "
+        "docs from spec/*.yaml.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands.add_parser("generate", help="write every generated file (and remove orphans)")
+    commands.add_parser(
+        "check", help="exit 1 and show a diff when generated files differ from the spec"
+    )
+    commands.add_parser("validate", help="check the spec files only; list every problem")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "validate":
+            protocols = load_protocols()
+            for p in protocols:
+                counts = ", ".join(f"{len(s.messages)} from {s.id}" for s in p.senders)
+                print(f"{p.spec_file}: ok ({len(p.messages)} message types: {counts})")
+            return 0
+        if args.command == "generate":
+            changed = generate()
+            for path in changed:
+                print(f"wrote {path}")
+            print(f"{len(changed)} file(s) changed")
+            return 0
+        drifts = check()
+    except SpecError as exc:
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
+        print(f"{len(exc.problems)} problem(s) in the spec", file=sys.stderr)
+        return 2
+    except RenderError as exc:
+        print(f"codegen bug: {exc}", file=sys.stderr)
+        return 3
+    for drift in drifts:
+        print(f"{drift.kind}: {drift.path}")
+        if drift.diff:
+            print(drift.diff)
+    if drifts:
+        print(
+            f"{len(drifts)} generated file(s) differ from the spec: run `python -m codegen "
+            "generate` and commit the result",
+            file=sys.stderr,
+        )
+        return 1
+    print("generated files match the spec")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

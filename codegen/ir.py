@@ -1,0 +1,804 @@
+"""The intermediate representation: a spec with every reference resolved and every name decided.
+
+:func:`resolve` turns a schema-checked :class:`~codegen.loader.RawSpec` into a :class:`Protocol`,
+checking what a JSON Schema cannot (references, duplicates, sizes, anchored patterns) and
+collecting every problem before it raises.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from codegen import names
+from codegen.loader import PathT, Problem, RawSpec, SpecError
+
+__all__ = [
+    "JSON_SAFE_INTEGER",
+    "Bound",
+    "Constant",
+    "Decision",
+    "Enum",
+    "EnumValue",
+    "ErrorCode",
+    "Example",
+    "Field",
+    "Frame",
+    "FrameExample",
+    "FrameField",
+    "Message",
+    "Protocol",
+    "Rule",
+    "Sender",
+    "Struct",
+    "TypeRef",
+    "resolve",
+]
+
+JSON_SAFE_INTEGER = 2**53 - 1
+"""The bound of an integer field the spec gives no range: the largest integer every JSON peer
+(JavaScript included) reads exactly."""
+
+PRIMITIVES = ("string", "integer", "number", "boolean", "object", "any")
+_FRAME_SIZES = {"u8": 1, "u16": 2, "u32": 4, "u64": 8}
+
+
+@dataclass(frozen=True)
+class Decision:
+    id: str
+    quote: str
+    source: str
+    decision: str
+    subject: str
+    """What it is about, for the docs: ``message say, field text``."""
+
+
+@dataclass(frozen=True)
+class Constant:
+    name: str
+    py_name: str
+    value: Any
+    unit: str
+    group: str
+    description: str
+    env: str | None
+    side: str | None
+    source: str | None
+    decisions: tuple[Decision, ...]
+
+
+@dataclass(frozen=True)
+class EnumValue:
+    value: str | int
+    py_name: str
+    description: str
+
+
+@dataclass(frozen=True)
+class Enum:
+    name: str
+    description: str
+    open: bool
+    values: tuple[EnumValue, ...]
+    source: str | None
+    decisions: tuple[Decision, ...]
+
+    @property
+    def is_int(self) -> bool:
+        return isinstance(self.values[0].value, int)
+
+
+@dataclass(frozen=True)
+class ErrorCode:
+    code: str
+    py_name: str
+    description: str
+    used_in: str | None
+    recoverable: bool | None
+    source: str | None
+    decisions: tuple[Decision, ...]
+
+
+@dataclass(frozen=True)
+class TypeRef:
+    """A field's type: a primitive, an enum, a nested struct, or an array or map of one."""
+
+    kind: str
+    """string, integer, number, boolean, object, any, enum, struct, array or map."""
+    item: TypeRef | None = None
+    enum: Enum | None = None
+    struct: str | None = None
+
+    @property
+    def element(self) -> TypeRef:
+        """The item type of an array or map, else the type itself."""
+        return self.item if self.item is not None else self
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A numeric bound: a literal, or a constant (the generated code names the constant)."""
+
+    value: int | float
+    constant: Constant | None
+
+
+@dataclass(frozen=True)
+class Field:
+    wire_name: str
+    py_name: str
+    type: TypeRef
+    required: bool
+    nullable: bool
+    has_default: bool
+    default: Any
+    has_const: bool
+    const: Any
+    minimum: Bound | None
+    maximum: Bound | None
+    min_length: Bound | None
+    max_length: Bound | None
+    min_bytes: Bound | None
+    max_bytes: Bound | None
+    pattern: str | None
+    not_blank: bool
+    unique_by: str | None
+    code: str | None
+    description: str
+    source: str | None
+    decisions: tuple[Decision, ...]
+
+
+@dataclass(frozen=True)
+class Rule:
+    kind: str
+    fields: tuple[Field, ...]
+    field: Field | None
+    other: Field | None
+    equals: Any
+    count: int | None
+    code: str | None
+    description: str
+
+
+@dataclass(frozen=True)
+class Struct:
+    """A nested object type."""
+
+    name: str
+    description: str
+    reject_unknown_fields: bool
+    fields: tuple[Field, ...]
+    rules: tuple[Rule, ...]
+    source: str | None
+    decisions: tuple[Decision, ...]
+
+
+@dataclass(frozen=True)
+class Example:
+    description: str
+    source: str | None
+    json: dict[str, Any]
+    line: int
+
+
+@dataclass(frozen=True)
+class Message:
+    type: str
+    class_name: str
+    senders: tuple[str, ...]
+    group: str
+    summary: str
+    description: str
+    fields: tuple[Field, ...]
+    """Every field on the wire but ``type``: the sender's envelope, the included sets, its own."""
+    rules: tuple[Rule, ...]
+    examples: tuple[Example, ...]
+    source: str | None
+    decisions: tuple[Decision, ...]
+
+
+@dataclass(frozen=True)
+class Sender:
+    id: str
+    title: str
+    description: str
+    union_name: str
+    accepts_unknown: bool
+    messages: tuple[Message, ...]
+    decisions: tuple[Decision, ...]
+
+
+@dataclass(frozen=True)
+class FrameField:
+    name: str
+    kind: str
+    size: int
+    offset: int
+    const: int | None
+    enum: Enum | None
+    flags: tuple[tuple[int, str, str], ...]
+    """(bit, name, description) of each named bit."""
+    description: str
+    decisions: tuple[Decision, ...]
+
+
+@dataclass(frozen=True)
+class FrameExample:
+    description: str
+    header: dict[str, int]
+    fill: bytes
+
+    def to_bytes(self, frame: Frame) -> bytes:
+        """The example frame as it travels."""
+        order = frame.byte_order
+        out = b"".join(
+            self.header[f.name].to_bytes(f.size, order) for f in frame.fields[:-1]
+        )
+        payload = frame.fields[-1].size
+        return out + (self.fill * (payload // len(self.fill) + 1))[:payload]
+
+
+@dataclass(frozen=True)
+class Frame:
+    name: str
+    description: str
+    byte_order: str
+    size: int
+    error: str
+    fields: tuple[FrameField, ...]
+    examples: tuple[FrameExample, ...]
+    source: str | None
+    decisions: tuple[Decision, ...]
+
+    @property
+    def header(self) -> tuple[FrameField, ...]:
+        return self.fields[:-1]
+
+    @property
+    def payload(self) -> FrameField:
+        return self.fields[-1]
+
+
+@dataclass(frozen=True)
+class Protocol:
+    id: str
+    title: str
+    version: str
+    document: str
+    notes: str | None
+    description: str
+    max_message_bytes: Constant
+    senders: tuple[Sender, ...]
+    errors: tuple[ErrorCode, ...]
+    decode_errors: dict[str, str]
+    constants: tuple[Constant, ...]
+    enums: tuple[Enum, ...]
+    structs: tuple[Struct, ...]
+    messages: tuple[Message, ...]
+    frames: tuple[Frame, ...]
+    transport: dict[str, Any]
+    transport_decisions: tuple[Decision, ...]
+    decisions: tuple[Decision, ...]
+    """Every decision of the spec, wherever it stands, in file order."""
+    spec_file: str
+    spec_sha256: str
+
+    def sender(self, sender_id: str) -> Sender:
+        return next(s for s in self.senders if s.id == sender_id)
+
+    def struct(self, name: str) -> Struct:
+        return next(s for s in self.structs if s.name == name)
+
+
+def resolve(raw: RawSpec) -> Protocol:
+    """Resolve a schema-checked spec; raise :class:`SpecError` listing every problem."""
+    return _Resolver(raw).run()
+
+
+@dataclass
+class _Resolver:
+    raw: RawSpec
+    problems: list[Problem] = field(default_factory=list)
+    decisions: list[Decision] = field(default_factory=list)
+    decision_lines: dict[str, int] = field(default_factory=dict)
+    constants: dict[str, Constant] = field(default_factory=dict)
+    enums: dict[str, Enum] = field(default_factory=dict)
+    struct_names: set[str] = field(default_factory=set)
+    error_codes: set[str] = field(default_factory=set)
+
+    def fail(self, path: PathT, message: str) -> None:
+        self.problems.append(self.raw.problem(path, message))
+
+    def run(self) -> Protocol:
+        data = self.raw.data
+        protocol = data["protocol"]
+        errors = tuple(self._error(e, ("errors", i)) for i, e in enumerate(data["errors"]))
+        self._unique([e.code for e in errors], ("errors",), "error code", "code")
+        self.error_codes = {e.code for e in errors}
+        decode_errors = dict(data["decode_errors"])
+        for klass, code in decode_errors.items():
+            self._code(code, ("decode_errors", klass))
+        constants = tuple(
+            self._constant(c, ("constants", i)) for i, c in enumerate(data["constants"])
+        )
+        self._unique([c.name for c in constants], ("constants",), "constant", "name")
+        self.constants = {c.name: c for c in constants}
+        enums = tuple(self._enum(e, ("enums", i)) for i, e in enumerate(data.get("enums", [])))
+        self.enums = {e.name: e for e in enums}
+        struct_data = data.get("types", [])
+        self.struct_names = {t["name"] for t in struct_data}
+        self._unique(
+            [*self.enums, *(t["name"] for t in struct_data), *(f["name"] for f in data.get("frames", []))],
+            (),
+            "type name",
+            None,
+        )
+        field_sets = {
+            name: tuple(self._field(f, ("field_sets", name, i), f"field set {name}") for i, f in enumerate(fields))
+            for name, fields in data.get("field_sets", {}).items()
+        }
+        structs = tuple(self._struct(t, ("types", i)) for i, t in enumerate(struct_data))
+        self._check_struct_cycles(structs)
+        sender_data = data["senders"]
+        sender_ids = [s["id"] for s in sender_data]
+        self._unique(sender_ids, ("senders",), "sender", "id")
+        envelopes: dict[str, tuple[Field, ...]] = {}
+        for i, s in enumerate(sender_data):
+            envelopes[s["id"]] = self._include(s.get("include", []), field_sets, ("senders", i, "include"))
+        messages = tuple(
+            self._message(m, ("messages", i), envelopes, field_sets)
+            for i, m in enumerate(data["messages"])
+        )
+        self._unique([m.type for m in messages], ("messages",), "message type", "type")
+        self._unique(
+            [m.class_name for m in messages] + [*self.enums, *self.struct_names],
+            ("messages",),
+            "Python class name",
+            None,
+        )
+        senders = tuple(
+            Sender(
+                id=s["id"],
+                title=s["title"],
+                description=s["description"],
+                union_name=names.sender_union(s["id"]),
+                accepts_unknown=s["unknown_types"] == "accept",
+                messages=tuple(m for m in messages if s["id"] in m.senders),
+                decisions=self._decisions(s, ("senders", i), f"sender {s['id']}"),
+            )
+            for i, s in enumerate(sender_data)
+        )
+        for i, m in enumerate(data["messages"]):
+            for j, sender_id in enumerate(m["senders"]):
+                if sender_id not in sender_ids:
+                    self.fail(("messages", i, "senders", j), f"unknown sender {sender_id!r}")
+        frames = tuple(self._frame(f, ("frames", i)) for i, f in enumerate(data.get("frames", [])))
+        transport = dict(data.get("transport", {}))
+        transport_decisions = self._decisions(transport, ("transport",), "transport")
+        transport.pop("decisions", None)
+        self._check_networks(transport)
+        self._decisions(protocol, ("protocol",), "the protocol")
+        self._decisions(data, (), "the protocol")
+        max_bytes = self.constants.get(protocol["max_message_bytes"])
+        if max_bytes is None or not isinstance(max_bytes.value, int):
+            self.fail(
+                ("protocol", "max_message_bytes"),
+                f"unknown integer constant {protocol['max_message_bytes']!r}",
+            )
+        if self.problems:
+            raise SpecError(self.problems)
+        assert max_bytes is not None
+        return Protocol(
+            id=protocol["id"],
+            title=protocol["title"],
+            version=protocol["version"],
+            document=protocol["document"],
+            notes=protocol.get("notes"),
+            description=protocol["description"].strip(),
+            max_message_bytes=max_bytes,
+            senders=senders,
+            errors=errors,
+            decode_errors=decode_errors,
+            constants=constants,
+            enums=enums,
+            structs=structs,
+            messages=messages,
+            frames=frames,
+            transport=transport,
+            transport_decisions=transport_decisions,
+            decisions=tuple(sorted(self.decisions, key=lambda d: self.decision_lines[d.id])),
+            spec_file=self.raw.display,
+            spec_sha256=self.raw.sha256,
+        )
+
+    # -- pieces -------------------------------------------------------------------------------
+
+    def _decisions(self, item: dict[str, Any], path: PathT, subject: str) -> tuple[Decision, ...]:
+        out = []
+        for i, d in enumerate(item.get("decisions", [])):
+            where = (*path, "decisions", i)
+            if d["id"] in self.decision_lines:
+                self.fail(
+                    (*where, "id"),
+                    f"duplicate decision id {d['id']!r} (first at line {self.decision_lines[d['id']]})",
+                )
+                continue
+            self.decision_lines[d["id"]] = self.raw.line(where)
+            decision = Decision(d["id"], d["quote"].strip(), d["source"], d["decision"].strip(), subject)
+            self.decisions.append(decision)
+            out.append(decision)
+        return tuple(out)
+
+    def _unique(self, values: list[str], path: PathT, what: str, key: str | None) -> None:
+        seen: dict[str, int] = {}
+        for index, value in enumerate(values):
+            if value in seen:
+                where: PathT = (*path, index, key) if key is not None else path
+                first = self.raw.line((*path, seen[value])) if key is not None else None
+                suffix = f" (first at line {first})" if first else ""
+                self.fail(where, f"duplicate {what} {value!r}{suffix}")
+            else:
+                seen[value] = index
+
+    def _code(self, code: str | None, path: PathT) -> None:
+        if code is not None and code not in self.error_codes:
+            self.fail(path, f"unknown error code {code!r}")
+
+    def _error(self, e: dict[str, Any], path: PathT) -> ErrorCode:
+        return ErrorCode(
+            code=e["code"],
+            py_name=names.enum_member(e["code"], None),
+            description=e["description"].strip(),
+            used_in=e.get("used_in"),
+            recoverable=e.get("recoverable"),
+            source=e.get("source"),
+            decisions=self._decisions(e, path, f"error code {e['code']}"),
+        )
+
+    def _constant(self, c: dict[str, Any], path: PathT) -> Constant:
+        return Constant(
+            name=c["name"],
+            py_name=names.constant(c["name"]),
+            value=c["value"],
+            unit=c["unit"],
+            group=c["group"],
+            description=c["description"].strip(),
+            env=c.get("env"),
+            side=c.get("side"),
+            source=c.get("source"),
+            decisions=self._decisions(c, path, f"constant {c['name']}"),
+        )
+
+    def _enum(self, e: dict[str, Any], path: PathT) -> Enum:
+        values = []
+        kinds = {type(v["value"]) for v in e["values"]}
+        if len(kinds) > 1:
+            self.fail((*path, "values"), "values mix strings and integers")
+        for i, v in enumerate(e["values"]):
+            if isinstance(v["value"], int) and "name" not in v:
+                self.fail((*path, "values", i), "an integer value needs a name")
+            values.append(
+                EnumValue(v["value"], names.enum_member(v["value"], v.get("name")), v["description"].strip())
+            )
+        self._unique([str(v.value) for v in values], (*path, "values"), "enum value", "value")
+        self._unique([v.py_name for v in values], (*path, "values"), "enum member name", None)
+        return Enum(
+            name=e["name"],
+            description=e["description"].strip(),
+            open=e.get("open", False),
+            values=tuple(values),
+            source=e.get("source"),
+            decisions=self._decisions(e, path, f"enum {e['name']}"),
+        )
+
+    def _type_ref(self, spelled: str, item: str | None, values: str | None, path: PathT) -> TypeRef:
+        if spelled == "array" or spelled == "map":
+            inner = item if spelled == "array" else values
+            key = "items" if spelled == "array" else "values"
+            if inner is None:
+                self.fail(path, f"{spelled} needs {key}")
+                return TypeRef("any")
+            return TypeRef(spelled, item=self._type_ref(inner, None, None, (*path[:-1], key)))
+        if item is not None or values is not None:
+            self.fail(path, f"items/values only go with array/map, not {spelled}")
+        if spelled in PRIMITIVES:
+            return TypeRef(spelled)
+        if spelled in self.enums:
+            return TypeRef("enum", enum=self.enums[spelled])
+        if spelled in self.struct_names:
+            return TypeRef("struct", struct=spelled)
+        self.fail(path, f"unknown type {spelled!r}")
+        return TypeRef("any")
+
+    def _bound(self, value: int | float | str | None, path: PathT) -> Bound | None:
+        if value is None:
+            return None
+        if isinstance(value, str):
+            constant = self.constants.get(value)
+            if constant is None:
+                self.fail(path, f"unknown constant {value!r}")
+                return None
+            if not isinstance(constant.value, (int, float)) or isinstance(constant.value, bool):
+                self.fail(path, f"constant {value!r} is not a number")
+                return None
+            return Bound(constant.value, constant)
+        return Bound(value, None)
+
+    def _field(self, f: dict[str, Any], path: PathT, owner: str) -> Field:
+        ref = self._type_ref(f["type"], f.get("items"), f.get("values"), (*path, "type"))
+        element = ref.element.kind
+        limits = {
+            key: self._bound(f.get(key), (*path, key))
+            for key in ("minimum", "maximum", "min_length", "max_length", "min_bytes", "max_bytes")
+        }
+        for key in ("minimum", "maximum"):
+            if limits[key] is not None and element not in ("integer", "number"):
+                self.fail((*path, key), f"{key} needs an integer or number field, not {f['type']}")
+        for key in ("min_bytes", "max_bytes"):
+            if limits[key] is not None and element != "string":
+                self.fail((*path, key), f"{key} needs a string field, not {f['type']}")
+        for key in ("min_length", "max_length"):
+            if limits[key] is not None and ref.kind not in ("string", "array", "map"):
+                self.fail((*path, key), f"{key} needs a string, array or map field")
+        if element == "integer":
+            # Every integer is bounded; unbounded ones get the JSON-safe range.
+            if limits["minimum"] is None:
+                limits["minimum"] = Bound(-JSON_SAFE_INTEGER, None)
+            if limits["maximum"] is None:
+                limits["maximum"] = Bound(JSON_SAFE_INTEGER, None)
+        pattern = f.get("pattern")
+        if pattern is not None:
+            if element != "string":
+                self.fail((*path, "pattern"), "pattern needs a string field")
+            elif not (pattern.startswith("^") and pattern.endswith("$")):
+                self.fail((*path, "pattern"), f"pattern {pattern!r} is not anchored (^...$)")
+            else:
+                try:
+                    re.compile(pattern)
+                except re.error as exc:
+                    self.fail((*path, "pattern"), f"bad regular expression: {exc}")
+        if f.get("not_blank") and element != "string":
+            self.fail((*path, "not_blank"), "not_blank needs a string field")
+        unique_by = f.get("unique_by")
+        if unique_by is not None:
+            if ref.kind != "array":
+                self.fail((*path, "unique_by"), "unique_by needs an array field")
+            elif ref.element.kind == "struct":
+                inner = next(t for t in self.raw.data["types"] if t["name"] == ref.element.struct)
+                if unique_by not in {x["name"] for x in inner["fields"]}:
+                    self.fail((*path, "unique_by"), f"{ref.element.struct} has no field {unique_by!r}")
+            elif unique_by != "value":
+                self.fail((*path, "unique_by"), "an array of values is unique_by: value")
+        self._code(f.get("code"), (*path, "code"))
+        has_default = "default" in f
+        if has_default and ref.kind == "enum" and ref.enum and not ref.enum.open:
+            if f["default"] not in [v.value for v in ref.enum.values]:
+                self.fail((*path, "default"), f"default {f['default']!r} is not a value of {ref.enum.name}")
+        required = f.get("required", True) and not has_default
+        if has_default and f.get("required") is True:
+            self.fail((*path, "required"), "a field with a default is not required")
+        return Field(
+            wire_name=f["name"],
+            py_name=names.attribute(f["name"]),
+            type=ref,
+            required=required,
+            nullable=f.get("nullable", False),
+            has_default=has_default,
+            default=f.get("default"),
+            has_const="const" in f,
+            const=f.get("const"),
+            minimum=limits["minimum"],
+            maximum=limits["maximum"],
+            min_length=limits["min_length"],
+            max_length=limits["max_length"],
+            min_bytes=limits["min_bytes"],
+            max_bytes=limits["max_bytes"],
+            pattern=pattern,
+            not_blank=bool(f.get("not_blank")),
+            unique_by=unique_by,
+            code=f.get("code"),
+            description=f["description"].strip(),
+            source=f.get("source"),
+            decisions=self._decisions(f, path, f"{owner}, field {f['name']}"),
+        )
+
+    def _fields(self, data: list[dict[str, Any]], path: PathT, owner: str) -> tuple[Field, ...]:
+        return tuple(self._field(f, (*path, i), owner) for i, f in enumerate(data))
+
+    def _rules(self, data: list[dict[str, Any]], fields: tuple[Field, ...], path: PathT) -> tuple[Rule, ...]:
+        by_name = {f.wire_name: f for f in fields}
+        rules = []
+        for i, r in enumerate(data):
+            where = (*path, i)
+            kind = r["kind"]
+            needs = {
+                "at_most_one_of": ("fields",),
+                "exactly_one_of": ("fields",),
+                "at_least_one_of": ("fields",),
+                "requires": ("field", "other", "equals"),
+                "min_fields": ("count",),
+            }[kind]
+            for key in needs:
+                if key not in r:
+                    self.fail(where, f"a {kind} rule needs {key}")
+            picked = []
+            for j, name in enumerate(r.get("fields", [])):
+                if name not in by_name:
+                    self.fail((*where, "fields", j), f"no field {name!r} here")
+                else:
+                    picked.append(by_name[name])
+            for key in ("field", "other"):
+                if key in r and r[key] not in by_name:
+                    self.fail((*where, key), f"no field {r[key]!r} here")
+            self._code(r.get("code"), (*where, "code"))
+            rules.append(
+                Rule(
+                    kind=kind,
+                    fields=tuple(picked),
+                    field=by_name.get(r.get("field", "")),
+                    other=by_name.get(r.get("other", "")),
+                    equals=r.get("equals"),
+                    count=r.get("count"),
+                    code=r.get("code"),
+                    description=r["description"].strip(),
+                )
+            )
+        return tuple(rules)
+
+    def _check_names(self, fields: tuple[Field, ...], path: PathT) -> None:
+        self._unique([f.wire_name for f in fields], path, "field", None)
+
+    def _struct(self, t: dict[str, Any], path: PathT) -> Struct:
+        fields = self._fields(t["fields"], (*path, "fields"), f"type {t['name']}")
+        self._check_names(fields, (*path, "fields"))
+        return Struct(
+            name=t["name"],
+            description=t["description"].strip(),
+            reject_unknown_fields=t.get("unknown_fields", "ignore") == "reject",
+            fields=fields,
+            rules=self._rules(t.get("rules", []), fields, (*path, "rules")),
+            source=t.get("source"),
+            decisions=self._decisions(t, path, f"type {t['name']}"),
+        )
+
+    def _check_struct_cycles(self, structs: tuple[Struct, ...]) -> None:
+        graph = {
+            s.name: {f.type.element.struct for f in s.fields if f.type.element.kind == "struct"}
+            for s in structs
+        }
+        for index, s in enumerate(structs):
+            stack, seen = list(graph[s.name]), set()
+            while stack:
+                name = stack.pop()
+                if name == s.name:
+                    self.fail(("types", index), f"type {s.name} contains itself")
+                    break
+                if name is not None and name not in seen:
+                    seen.add(name)
+                    stack.extend(graph.get(name, ()))
+
+    def _include(self, wanted: list[str], sets: dict[str, tuple[Field, ...]], path: PathT) -> tuple[Field, ...]:
+        out: tuple[Field, ...] = ()
+        for i, name in enumerate(wanted):
+            if name not in sets:
+                self.fail((*path, i), f"unknown field set {name!r}")
+            else:
+                out += sets[name]
+        return out
+
+    def _message(
+        self,
+        m: dict[str, Any],
+        path: PathT,
+        envelopes: dict[str, tuple[Field, ...]],
+        field_sets: dict[str, tuple[Field, ...]],
+    ) -> Message:
+        envelope_sets = {tuple(envelopes.get(s, ())) for s in m["senders"]}
+        if len(envelope_sets) > 1:
+            self.fail((*path, "senders"), "senders with different envelopes cannot share a message")
+        envelope = next(iter(envelope_sets))
+        own = self._fields(m.get("fields", []), (*path, "fields"), f"message {m['type']}")
+        included = self._include(m.get("include", []), field_sets, (*path, "include"))
+        fields = envelope + included + own
+        self._check_names(fields, (*path, "fields"))
+        examples = tuple(
+            Example(e["description"].strip(), e.get("source"), e["json"], self.raw.line((*path, "examples", i)))
+            for i, e in enumerate(m["examples"])
+        )
+        for i, example in enumerate(examples):
+            if example.json.get("type") != m["type"]:
+                self.fail((*path, "examples", i, "json", "type"), f"example of {m['type']} has type {example.json.get('type')!r}")
+        return Message(
+            type=m["type"],
+            class_name=m.get("name") or names.class_name(m["type"]),
+            senders=tuple(m["senders"]),
+            group=m["group"],
+            summary=m["summary"].strip(),
+            description=m.get("description", "").strip(),
+            fields=fields,
+            rules=self._rules(m.get("rules", []), fields, (*path, "rules")),
+            examples=examples,
+            source=m.get("source"),
+            decisions=self._decisions(m, path, f"message {m['type']}"),
+        )
+
+    def _frame(self, f: dict[str, Any], path: PathT) -> Frame:
+        fields = []
+        offset = 0
+        for i, x in enumerate(f["fields"]):
+            where = (*path, "fields", i)
+            kind = x["type"]
+            size = _FRAME_SIZES.get(kind) or x.get("size", 0)
+            if kind == "bytes" and "size" not in x:
+                self.fail(where, "a bytes field needs a size")
+            if kind != "bytes" and "size" in x and x["size"] != size:
+                self.fail((*where, "size"), f"{kind} is {size} bytes, not {x['size']}")
+            if kind == "bytes" and i != len(f["fields"]) - 1:
+                self.fail(where, "only the last field (the payload) may be bytes")
+            if kind != "bytes" and i == len(f["fields"]) - 1:
+                self.fail(where, "the last field must be the bytes payload")
+            enum = None
+            if "enum" in x:
+                enum = self.enums.get(x["enum"])
+                if enum is None:
+                    self.fail((*where, "enum"), f"unknown enum {x['enum']!r}")
+                elif not enum.is_int:
+                    self.fail((*where, "enum"), f"enum {x['enum']} has no integer values")
+            bits = [(b["bit"], b["name"], b["description"].strip()) for b in x.get("flags", [])]
+            for j, (bit, _, _) in enumerate(bits):
+                if kind in _FRAME_SIZES and bit >= 8 * size:
+                    self.fail((*where, "flags", j, "bit"), f"bit {bit} does not fit a {kind}")
+            if "const" in x and kind in _FRAME_SIZES and not 0 <= x["const"] < 2 ** (8 * size):
+                self.fail((*where, "const"), f"{x['const']} does not fit a {kind}")
+            fields.append(
+                FrameField(
+                    name=x["name"],
+                    kind=kind,
+                    size=size,
+                    offset=offset,
+                    const=x.get("const"),
+                    enum=enum,
+                    flags=tuple(bits),
+                    description=x["description"].strip(),
+                    decisions=self._decisions(x, where, f"frame {f['name']}, field {x['name']}"),
+                )
+            )
+            offset += size
+        if offset != f["size"]:
+            self.fail((*path, "size"), f"the fields add up to {offset} bytes, not {f['size']}")
+        self._code(f["error"], (*path, "error"))
+        header_names = [x.name for x in fields[:-1]]
+        examples = []
+        for i, e in enumerate(f["examples"]):
+            where = (*path, "examples", i)
+            if sorted(e["header"]) != sorted(header_names):
+                self.fail((*where, "header"), f"an example header sets exactly {', '.join(header_names)}")
+            examples.append(FrameExample(e["description"].strip(), dict(e["header"]), bytes.fromhex(e["fill"])))
+        return Frame(
+            name=f["name"],
+            description=f["description"].strip(),
+            byte_order=f["byte_order"],
+            size=f["size"],
+            error=f["error"],
+            fields=tuple(fields),
+            examples=tuple(examples),
+            source=f.get("source"),
+            decisions=self._decisions(f, path, f"frame {f['name']}"),
+        )
+
+    def _check_networks(self, transport: dict[str, Any]) -> None:
+        hosts = transport.get("plaintext_hosts")
+        if not hosts:
+            return
+        for key, version in (("ipv4", 4), ("ipv6", 6), ("ipv6_zone", 6)):
+            for i, text in enumerate(hosts[key]):
+                try:
+                    net = ipaddress.ip_network(text)
+                except ValueError as exc:
+                    self.fail(("transport", "plaintext_hosts", key, i), f"bad network: {exc}")
+                    continue
+                if net.version != version:
+                    self.fail(("transport", "plaintext_hosts", key, i), f"not an IPv{version} network")

@@ -1,0 +1,86 @@
+"""Every Python name the generated code uses is decided here, and nowhere else."""
+
+from __future__ import annotations
+
+import keyword
+import re
+
+__all__ = [
+    "attribute",
+    "check_function",
+    "class_name",
+    "constant",
+    "enum_member",
+    "enum_values",
+    "flag",
+    "frame_size",
+    "module_path",
+    "pattern",
+    "sender_union",
+]
+
+_WORD = re.compile(r"[A-Za-z0-9]+")
+_RESERVED_ATTRIBUTES = frozenset({"type"})  # the tag, readable on every message
+
+
+def class_name(wire_type: str) -> str:
+    """``session.start`` -> ``SessionStart``; ``agent.handoff_requested`` -> ``AgentHandoffRequested``."""
+    return "".join(word[:1].upper() + word[1:] for word in _WORD.findall(wire_type))
+
+
+def attribute(wire_name: str) -> str:
+    """A field's attribute: the wire name, with ``_`` added to a Python keyword (``from_``)."""
+    if keyword.iskeyword(wire_name) or wire_name in _RESERVED_ATTRIBUTES:
+        return wire_name + "_"
+    return wire_name
+
+
+def constant(name: str) -> str:
+    """``max_line_bytes`` -> ``MAX_LINE_BYTES``."""
+    return name.upper()
+
+
+def enum_member(value: str | int, name: str | None) -> str:
+    """``read_only`` -> ``READ_ONLY``; ``turn.user_started`` -> ``TURN_USER_STARTED``."""
+    source = name if name is not None else str(value)
+    member = "_".join(_WORD.findall(source)).upper()
+    return member if member[:1].isalpha() else f"V_{member}"
+
+
+def sender_union(sender_id: str) -> str:
+    """``server`` -> ``ServerMessage``: the union of everything a sender may send."""
+    return class_name(sender_id) + "Message"
+
+
+def check_function(class_: str) -> str:
+    """The generated value check of a message class or nested type."""
+    return "check_" + _snake(class_)
+
+
+def enum_values(enum_name: str) -> str:
+    """The frozenset of a closed enum's values, used by the generated checks."""
+    return f"_{_snake(enum_name).upper()}_VALUES"
+
+
+def pattern(index: int) -> str:
+    """The compiled form of the spec's ``index``-th distinct pattern (sorted)."""
+    return f"_PATTERN_{index}"
+
+
+def frame_size(frame_name: str) -> str:
+    """``AudioFrame`` -> ``AUDIO_FRAME_SIZE``: the frame's size in bytes."""
+    return f"{_snake(frame_name).upper()}_SIZE"
+
+
+def flag(flag_name: str) -> str:
+    """``last_of_utterance`` -> ``FLAG_LAST_OF_UTTERANCE``: the mask of a named bit."""
+    return f"FLAG_{flag_name.upper()}"
+
+
+def module_path(protocol_id: str, module: str) -> str:
+    """Where a generated module lives, relative to ``generated/``."""
+    return f"voxwire/{protocol_id}/{module}"
+
+
+def _snake(camel: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", camel).lower()

@@ -1,0 +1,107 @@
+"""The codegen pipeline: load and check every spec, resolve, render, and write or compare."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from pathlib import Path
+
+from codegen.ir import Protocol, resolve
+from codegen.loader import Problem, SpecError, load
+from codegen.render import ROOT, Output, render
+
+__all__ = ["Drift", "SPEC_DIR", "check", "generate", "load_protocols", "outputs"]
+
+SPEC_DIR = ROOT / "spec"
+GENERATED_ROOTS = ("generated/voxwire", "docs/reference")
+"""Folders every file of which is generated: a file there that the spec does not produce is an
+orphan."""
+_KEEP = {"generated/voxwire/py.typed"}
+
+
+def spec_files(root: Path = ROOT) -> list[Path]:
+    """The protocol specs, in a stable order (the format schema is not one)."""
+    return sorted(p for p in (root / "spec").glob("*.yaml"))
+
+
+def load_protocols(root: Path = ROOT) -> list[Protocol]:
+    """Load, check and resolve every spec; raise :class:`SpecError` with all problems of all."""
+    problems: list[Problem] = []
+    protocols = []
+    for path in spec_files(root):
+        try:
+            protocols.append(resolve(load(path, str(path.relative_to(root)))))
+        except SpecError as exc:
+            problems += exc.problems
+    if problems:
+        raise SpecError(problems)
+    return protocols
+
+
+def outputs(root: Path = ROOT) -> list[Output]:
+    """Everything the specs produce, in a stable order."""
+    return [o for protocol in load_protocols(root) for o in render(protocol)]
+
+
+def generate(root: Path = ROOT) -> list[str]:
+    """Write every generated file and remove orphans; return the paths that changed."""
+    wanted = {o.path: o.text for o in outputs(root)}
+    changed = []
+    for path, text in wanted.items():
+        target = root / path
+        if not target.exists() or target.read_text(encoding="utf-8") != text:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
+            changed.append(path)
+    for orphan in _orphans(root, wanted):
+        (root / orphan).unlink()
+        changed.append(orphan)
+    return changed
+
+
+@dataclass(frozen=True)
+class Drift:
+    """A generated file that differs from what the spec produces."""
+
+    path: str
+    kind: str
+    """stale (its text differs), missing, or orphan (nothing produces it)."""
+    diff: str
+
+
+def check(root: Path = ROOT) -> list[Drift]:
+    """Compare the committed generated files with what the specs produce now."""
+    wanted = {o.path: o.text for o in outputs(root)}
+    drifts = []
+    for path, text in wanted.items():
+        target = root / path
+        if not target.exists():
+            drifts.append(Drift(path, "missing", ""))
+            continue
+        current = target.read_text(encoding="utf-8")
+        if current != text:
+            diff = "".join(
+                difflib.unified_diff(
+                    current.splitlines(keepends=True),
+                    text.splitlines(keepends=True),
+                    f"{path} (committed)",
+                    f"{path} (from the spec)",
+                    n=2,
+                )
+            )
+            drifts.append(Drift(path, "stale", diff))
+    drifts += [Drift(path, "orphan", "") for path in _orphans(root, wanted)]
+    return drifts
+
+
+def _orphans(root: Path, wanted: dict[str, str]) -> list[str]:
+    found = []
+    for folder in GENERATED_ROOTS:
+        base = root / folder
+        if not base.exists():
+            continue
+        for path in sorted(base.rglob("*")):
+            rel = str(path.relative_to(root))
+            if path.is_file() and rel not in wanted and rel not in _KEEP and "__pycache__" not in rel:
+                found.append(rel)
+    return found

@@ -1,0 +1,563 @@
+"""The Python view of the IR: annotations, defaults and check bodies, ready to print.
+
+Templates only loop over what this module prepares and print it; every decision about how a spec
+construct becomes Python (a ``Meta`` constraint msgspec enforces while decoding, or a line of a
+generated check) is made here.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import dataclass
+from typing import Any
+
+from codegen import names
+from codegen.ir import JSON_SAFE_INTEGER, Bound, Enum, Field, Protocol, Rule, TypeRef
+
+__all__ = ["PyCheck", "PyClass", "PyEnum", "PyField", "PyModel", "build", "docstring"]
+
+WRAP = 92
+
+
+@dataclass(frozen=True)
+class PyField:
+    attr: str
+    annotation: str
+    default: str | None
+    """The right-hand side after ``=``, or ``None`` for a required field."""
+    doc: list[str]
+
+
+@dataclass(frozen=True)
+class PyClass:
+    name: str
+    base: str
+    tag: str | None
+    doc: list[str]
+    fields: list[PyField]
+    reject_unknown: bool
+
+
+@dataclass(frozen=True)
+class PyEnum:
+    name: str
+    base: str
+    doc: list[str]
+    members: list[tuple[str, str, list[str]]]
+    """(member name, value literal, docstring lines)."""
+
+
+@dataclass(frozen=True)
+class PyCheck:
+    function: str
+    class_name: str
+    message_type: str | None
+    doc: str
+    body: list[str]
+    """Indented lines of the function body."""
+
+
+@dataclass(frozen=True)
+class PyModel:
+    protocol: Protocol
+    enums: list[PyEnum]
+    structs: list[PyClass]
+    messages: list[PyClass]
+    checks: list[PyCheck]
+    decode_checked: list[str]
+    """Classes whose decoded instances still need their check (rules msgspec cannot carry)."""
+    field_codes: list[tuple[str, str, str]]
+    """(wire type, JSON path, error code) where a field's rules use their own code."""
+    uses_meta: bool
+
+
+def docstring(*parts: str) -> list[str]:
+    """Paragraphs wrapped for a docstring, first line first."""
+    lines: list[str] = []
+    for part in parts:
+        for paragraph in part.strip().split("\n\n"):
+            text = " ".join(paragraph.split())
+            if not text:
+                continue
+            if lines:
+                lines.append("")
+            lines.extend(textwrap.wrap(text, WRAP, break_on_hyphens=False) or [""])
+    return [line.replace('"""', "'''").replace("\\", "\\\\") for line in lines]
+
+
+def build(protocol: Protocol) -> PyModel:
+    """Prepare everything the templates of ``protocol`` print."""
+    return _Builder(protocol).build()
+
+
+def _literal(value: Any) -> str:
+    if isinstance(value, str) and "\\" in value and not value.endswith("\\") and '"' not in value:
+        return f'r"{value}"'
+    return repr(value)
+
+
+def _bound(bound: Bound) -> str:
+    if bound.constant is not None:
+        return bound.constant.py_name
+    if bound.value == JSON_SAFE_INTEGER:
+        return "JSON_SAFE_INTEGER"
+    if bound.value == -JSON_SAFE_INTEGER:
+        return "-JSON_SAFE_INTEGER"
+    return repr(bound.value)
+
+
+class _Builder:
+    def __init__(self, protocol: Protocol) -> None:
+        self.p = protocol
+        self.error_codes = {e.code: e.py_name for e in protocol.errors}
+        self.uses_meta = False
+        self.structs = {s.name: s for s in protocol.structs}
+        self._checked: dict[str, tuple[bool, bool]] = {}
+
+    # -- classes ------------------------------------------------------------------------------
+
+    def build(self) -> PyModel:
+        enums = [self._enum(e) for e in self.p.enums]
+        structs = [self._class(s.name, "Struct", None, docstring(s.description), s.fields, s.reject_unknown_fields) for s in self.p.structs]
+        messages = [
+            self._class(
+                m.class_name,
+                "Message",
+                m.type,
+                docstring(m.summary, m.description, f"Sent by: {', '.join(m.senders)}."),
+                m.fields,
+                False,
+            )
+            for m in self.p.messages
+        ]
+        checks: list[PyCheck] = []
+        decode_checked: list[str] = []
+        for s in self.p.structs:
+            check = self._check(s.name, None, s.fields, s.rules)
+            if check is not None:
+                checks.append(check)
+        for m in self.p.messages:
+            check = self._check(m.class_name, m.type, m.fields, m.rules)
+            if check is not None:
+                checks.append(check)
+                if self._needs(m.class_name)[0]:
+                    decode_checked.append(m.class_name)
+        return PyModel(
+            protocol=self.p,
+            enums=enums,
+            structs=structs,
+            messages=messages,
+            checks=checks,
+            decode_checked=decode_checked,
+            field_codes=self._field_codes(),
+            uses_meta=self.uses_meta,
+        )
+
+    def _enum(self, e: Enum) -> PyEnum:
+        return PyEnum(
+            name=e.name,
+            base="IntEnum" if e.is_int else "StrEnum",
+            doc=docstring(
+                e.description,
+                "An open set: these are the known values; any string is accepted."
+                if e.open
+                else "",
+            ),
+            members=[(v.py_name, repr(v.value), docstring(v.description)) for v in e.values],
+        )
+
+    def _class(
+        self, name: str, base: str, tag: str | None, doc: list[str], fields: tuple[Field, ...], reject: bool
+    ) -> PyClass:
+        return PyClass(
+            name=name,
+            base=base,
+            tag=tag,
+            doc=doc,
+            fields=[self._field(f) for f in fields],
+            reject_unknown=reject,
+        )
+
+    def _field(self, f: Field) -> PyField:
+        annotation = self._annotation(f)
+        if f.nullable:
+            annotation += " | None"
+        default: str | None = None
+        if f.has_default:
+            if isinstance(f.default, list | dict):
+                if f.default:
+                    raise ValueError(f"{f.wire_name}: only empty list/object defaults are supported")
+                default = f"msgspec.field(default_factory={type(f.default).__name__})"
+            elif f.type.kind == "enum" and f.type.enum is not None and not f.type.enum.open and f.default is not None:
+                member = next(v.py_name for v in f.type.enum.values if v.value == f.default)
+                default = f"{f.type.enum.name}.{member}"
+            else:
+                default = repr(f.default)
+        elif not f.required:
+            annotation += " | UnsetType"
+            default = "UNSET"
+        if f.py_name != f.wire_name:
+            if default is None:
+                default = f'msgspec.field(name="{f.wire_name}")'
+            elif default.startswith("msgspec.field("):
+                default = default.replace("msgspec.field(", f'msgspec.field(name="{f.wire_name}", ', 1)
+            else:
+                default = f'msgspec.field(name="{f.wire_name}", default={default})'
+        return PyField(f.py_name, annotation, default, docstring(f.description))
+
+    def _annotation(self, f: Field) -> str:
+        ref = f.type
+        if f.has_const:
+            return f"Literal[{f.const!r}]"
+        if ref.kind in ("array", "map"):
+            assert ref.item is not None
+            inner = self._scalar(ref.item, f, item=True)
+            outer = f"list[{inner}]" if ref.kind == "array" else f"dict[str, {inner}]"
+            return self._meta(outer, self._length_meta(f))
+        return self._scalar(ref, f, item=False)
+
+    def _scalar(self, ref: TypeRef, f: Field, *, item: bool) -> str:
+        kind = ref.kind
+        if kind == "string":
+            meta = [] if item else self._length_meta(f)
+            if f.pattern is not None:
+                meta.append(f"pattern={_literal(f.pattern)}")
+            return self._meta("str", meta)
+        if kind in ("integer", "number"):
+            meta = []
+            if f.minimum is not None:
+                meta.append(f"ge={_bound(f.minimum)}")
+            if f.maximum is not None:
+                meta.append(f"le={_bound(f.maximum)}")
+            return self._meta("int" if kind == "integer" else "float", meta)
+        if kind == "boolean":
+            return "bool"
+        if kind == "object":
+            return "dict[str, Any]"
+        if kind == "any":
+            return "Any"
+        if kind == "enum":
+            assert ref.enum is not None
+            return "str" if ref.enum.open else ref.enum.name
+        assert ref.struct is not None
+        return ref.struct
+
+    def _length_meta(self, f: Field) -> list[str]:
+        meta = []
+        if f.min_length is not None:
+            meta.append(f"min_length={_bound(f.min_length)}")
+        if f.max_length is not None:
+            meta.append(f"max_length={_bound(f.max_length)}")
+        return meta
+
+    def _meta(self, base: str, meta: list[str]) -> str:
+        if not meta:
+            return base
+        self.uses_meta = True
+        return f"Annotated[{base}, Meta({', '.join(meta)})]"
+
+    # -- checks -------------------------------------------------------------------------------
+
+    def _needs(self, name: str) -> tuple[bool, bool]:
+        """(needs a check after decoding, has any check) for a class, memoised."""
+        if name in self._checked:
+            return self._checked[name]
+        struct = self.structs.get(name)
+        message = next((m for m in self.p.messages if m.class_name == name), None)
+        fields = struct.fields if struct else message.fields if message else ()
+        rules = struct.rules if struct else message.rules if message else ()
+        decode = bool(rules) or any(self._field_needs(f)[0] for f in fields)
+        full = decode or any(self._field_needs(f)[1] for f in fields)
+        self._checked[name] = (decode, full)
+        return decode, full
+
+    def _field_needs(self, f: Field) -> tuple[bool, bool]:
+        element = f.type.element
+        decode = f.max_bytes is not None or f.min_bytes is not None or f.not_blank or f.unique_by is not None
+        if element.kind == "struct" and element.struct is not None:
+            inner = self._needs(element.struct)
+            return decode or inner[0], True
+        full = decode or element.kind in ("integer", "number", "object", "any", "enum", "string") or f.has_const
+        full = full or f.min_length is not None or f.max_length is not None
+        return decode, full
+
+    def _code(self, code: str | None, default: str) -> str:
+        return "ErrorCode." + self.error_codes[code or self.p.decode_errors[default]]
+
+    def _check(self, name: str, message_type: str | None, fields: tuple[Field, ...], rules: tuple[Rule, ...]) -> PyCheck | None:
+        decode, full = self._needs(name)
+        if not full:
+            return None
+        body: list[str] = []
+        for f in fields:
+            body.extend(self._field_lines(f))
+        if rules:
+            body.extend(self._rule_lines(fields, rules))
+        what = f"``{message_type}``" if message_type else f":class:`{name}`"
+        return PyCheck(
+            function=names.check_function(name),
+            class_name=name,
+            message_type=message_type,
+            doc=f"Check the values of a {what} (``full``: the rules decoding already enforced too).",
+            body=body,
+        )
+
+    def _raise(self, code: str, where: str) -> str:
+        return f'raise ProtocolError({code}, problem, path=f"{{path}}{where}", message_type=message_type)'
+
+    def _chain(self, conditions: list[str], calls: list[str], code: str, where: str) -> list[str]:
+        """``if <conditions> and (problem := a or b) is not None: raise ...``"""
+        test = " and ".join([*conditions, f"(problem := {' or '.join(calls)}) is not None"])
+        return [f"if {test}:", f"    {self._raise(code, where)}"]
+
+    def _field_lines(self, f: Field) -> list[str]:
+        """The checks of one field: chains of rule calls, grouped by phase and error code."""
+        value = f"value.{f.py_name}"
+        where = f".{f.wire_name}"
+        guard = []
+        if not f.required and not f.has_default:
+            guard.append(f"{value} is not UNSET")
+        if f.nullable:
+            guard.append(f"{value} is not None")
+        invalid = self._code(f.code, "invalid_value")
+        ref = f.type
+        lines: list[str] = []
+        if ref.kind in ("array", "map"):
+            decode_calls: list[str] = []
+            full_calls: list[str] = []
+            if f.unique_by is not None:
+                keys = "item" if f.unique_by == "value" else f"item.{names.attribute(f.unique_by)}"
+                decode_calls.append(f"unique([{keys} for item in {value}])")
+            if f.min_length is not None:
+                full_calls.append(f"min_items({value}, {_bound(f.min_length)})")
+            if decode_calls:
+                lines += self._chain(guard, decode_calls, invalid, where)
+            if full_calls:
+                lines += self._chain([*guard, "full"], full_calls, invalid, where)
+            if f.max_length is not None:
+                too_many = self._code(f.code, "too_many")
+                lines += self._chain([*guard, "full"], [f"max_items({value}, {_bound(f.max_length)})"], too_many, where)
+            item_where = f"{where}[{{index}}]" if ref.kind == "array" else f"{where}.{{index}}"
+            iterate = f"enumerate({value})" if ref.kind == "array" else f"{value}.items()"
+            for phase, body in zip(("decode", "full"), self._value_lines(f, "item", item_where, invalid), strict=True):
+                if body:
+                    conditions = [*guard] + (["full"] if phase == "full" else [])
+                    loop = [f"for index, item in {iterate}:", *("    " + line for line in body)]
+                    if conditions:
+                        loop = [f"if {' and '.join(conditions)}:", *("    " + line for line in loop)]
+                    lines += loop
+            return lines
+        decode_body, full_body = self._value_lines(f, value, where, invalid)
+        for phase, body in (("decode", decode_body), ("full", full_body)):
+            if not body:
+                continue
+            conditions = [*guard] + (["full"] if phase == "full" else [])
+            if len(body) == 2 and body[0].startswith("if "):  # one chain: fold the conditions in
+                test = body[0][3:-1]
+                lines += [f"if {' and '.join([*conditions, test])}:", body[1]]
+            elif conditions:
+                lines += [f"if {' and '.join(conditions)}:", *("    " + line for line in body)]
+            else:
+                lines += body
+        return lines
+
+    def _value_lines(self, f: Field, value: str, where: str, invalid: str) -> tuple[list[str], list[str]]:
+        """(decode, full) checks of one value: the field itself, or one item of an array or map."""
+        decode_calls: list[str] = []
+        full_calls: list[str] = []
+        decode_lines: list[str] = []
+        full_lines: list[str] = []
+        kind = f.type.element.kind
+        if f.has_const:
+            full_calls.append(f"one_of({value}, ({f.const!r},))")
+        elif kind == "string":
+            if f.not_blank:
+                decode_calls.append(f"not_blank({value})")
+            if f.min_bytes is not None:
+                decode_calls.append(f"min_bytes({value}, {_bound(f.min_bytes)})")
+            if f.max_bytes is not None:
+                decode_calls.append(f"max_bytes({value}, {_bound(f.max_bytes)})")
+            if f.type.kind == "string":
+                if f.min_length is not None:
+                    full_calls.append(f"min_chars({value}, {_bound(f.min_length)})")
+                if f.max_length is not None:
+                    full_calls.append(f"max_chars({value}, {_bound(f.max_length)})")
+            if f.pattern is not None:
+                full_calls.append(f"matches({value}, {self._pattern_name(f.pattern)})")
+        elif kind in ("integer", "number"):
+            if kind == "number":
+                full_calls.append(f"finite({value})")
+            if f.minimum is not None:
+                full_calls.append(f"min_value({value}, {_bound(f.minimum)})")
+            if f.maximum is not None:
+                full_calls.append(f"max_value({value}, {_bound(f.maximum)})")
+        elif kind in ("object", "any"):
+            wrong_type = "ErrorCode." + self.error_codes[self.p.decode_errors["wrong_type"]]
+            full_lines += [
+                f'if (found := json_value_problem({value}, "")) is not None:',
+                f'    raise ProtocolError({wrong_type}, found[1], path=f"{{path}}{where}" + found[0], message_type=message_type)',
+            ]
+        elif kind == "enum":
+            enum = f.type.element.enum
+            assert enum is not None
+            if not enum.open:
+                full_calls.append(f"one_of({value}, {names.enum_values(enum.name)})")
+        elif kind == "struct":
+            struct = f.type.element.struct
+            assert struct is not None
+            decode_needed, full_needed = self._needs(struct)
+            call = f'{names.check_function(struct)}({value}, full, f"{{path}}{where}", message_type)'
+            if decode_needed:
+                decode_lines.append(call)
+            elif full_needed:
+                full_lines.append(call)
+        if decode_calls:
+            decode_lines = self._chain([], decode_calls, invalid, where) + decode_lines
+        if full_calls:
+            full_lines = self._chain([], full_calls, invalid, where) + full_lines
+        return decode_lines, full_lines
+
+    def _pattern_name(self, pattern: str) -> str:
+        return names.pattern(sorted(self.patterns()).index(pattern))
+
+    def patterns(self) -> set[str]:
+        found = set()
+        for owner in [*self.p.structs, *self.p.messages]:
+            for f in owner.fields:
+                if f.pattern is not None:
+                    found.add(f.pattern)
+        return found
+
+    def _rule_lines(self, fields: tuple[Field, ...], rules: tuple[Rule, ...]) -> list[str]:
+        lines: list[str] = []
+        for r in rules:
+            code = self._code(r.code, "invalid_value")
+            if r.kind in ("at_most_one_of", "exactly_one_of", "at_least_one_of", "min_fields"):
+                candidates = r.fields if r.fields else tuple(f for f in fields if not f.required)
+                present = ", ".join(
+                    f'"{f.wire_name}"' if f.required else f'*(("{f.wire_name}",) if value.{f.py_name} is not UNSET else ())'
+                    for f in candidates
+                )
+                names_tuple = ", ".join(f'"{f.wire_name}"' for f in candidates)
+                call = {
+                    "at_most_one_of": f"at_most_one_of(({present},))",
+                    "exactly_one_of": f"exactly_one_of(({present},), ({names_tuple},))",
+                    "at_least_one_of": f"at_least_one_of(({present},), ({names_tuple},))",
+                    "min_fields": f"min_fields(({present},), {r.count})",
+                }[r.kind]
+            else:
+                assert r.field is not None and r.other is not None
+                f, other = r.field, r.other
+                is_set = f"value.{f.py_name} not in (UNSET, None, False)"
+                call = (
+                    f'requires({is_set}, value.{other.py_name}, {r.equals!r}, ("{f.wire_name}", "{other.wire_name}"))'
+                )
+            lines.append(f"if (problem := {call}) is not None:")
+            lines.append(
+                f'    raise ProtocolError({code}, f"{{problem}}: {_escape(r.description)}", path=path, message_type=message_type)'
+            )
+        return lines
+
+    def _field_codes(self) -> list[tuple[str, str, str]]:
+        out: list[tuple[str, str, str]] = []
+
+        def walk(fields: tuple[Field, ...], mtype: str, prefix: str, seen: tuple[str, ...]) -> None:
+            for f in fields:
+                path = f"{prefix}.{f.wire_name}"
+                if f.code is not None:
+                    out.append((mtype, path, f.code))
+                element = f.type.element
+                if element.kind == "struct" and element.struct and element.struct not in seen:
+                    inner = self.structs[element.struct]
+                    suffix = "[]" if f.type.kind == "array" else ""
+                    walk(inner.fields, mtype, path + suffix, (*seen, element.struct))
+
+        for m in self.p.messages:
+            walk(m.fields, m.type, "$", ())
+        return out
+
+
+def _escape(text: str) -> str:
+    return " ".join(text.split()).replace("\\", "\\\\").replace('"', '\\"').replace("{", "{{").replace("}", "}}")
+
+
+@dataclass(frozen=True)
+class PyFrame:
+    """A binary frame layout, ready to print as a struct-based codec."""
+
+    name: str
+    doc: list[str]
+    size_constant: str
+    size: int
+    struct_format: str
+    header: list[tuple[str, str, list[str]]]
+    """(attribute, annotation, docstring lines) of each header field."""
+    defaults: dict[str, str]
+    payload: str
+    payload_offset: int
+    payload_size: int
+    payload_doc: list[str]
+    flags: list[tuple[str, str, int, list[str]]]
+    """(constant name, property name, mask, docstring lines) of each named bit."""
+    decode_lines: list[str]
+    """Checks of the unpacked header values (names bound), before the payload is touched."""
+    error: str
+
+
+_STRUCT_CODES = {"u8": "B", "u16": "H", "u32": "I", "u64": "Q"}
+
+
+def build_frames(protocol: Protocol) -> list[PyFrame]:
+    """The frame layouts of ``protocol`` as printable codecs."""
+    error_names = {e.code: e.py_name for e in protocol.errors}
+    frames = []
+    for frame in protocol.frames:
+        order = "<" if frame.byte_order == "little" else ">"
+        code = "ErrorCode." + error_names[frame.error]
+        lines: list[str] = []
+        header = []
+        defaults = {}
+        flag_specs = []
+        for f in frame.header:
+            annotation = "int"
+            if f.const is not None:
+                defaults[f.name] = repr(f.const)
+                lines.append(f"if {f.name} != {f.const}:")
+                lines.append(
+                    f'    raise ProtocolError({code}, f"{f.name} is {{{f.name}}}, not {f.const}", path="{f.name}")'
+                )
+            if f.flags:
+                mask = sum(1 << bit for bit, _, _ in f.flags)
+                defaults[f.name] = "0"
+                lines.append(f"if {f.name} & ~{mask:#04x}:")
+                lines.append(
+                    f'    raise ProtocolError({code}, f"reserved bits set in {{{f.name}:#04x}}", path="{f.name}")'
+                )
+                for bit, flag, description in f.flags:
+                    flag_specs.append((names.flag(flag), flag, 1 << bit, docstring(description)))
+            if f.enum is not None:
+                allowed = names.enum_values(f.enum.name)
+                lines.append(f"if {f.name} not in {allowed}:")
+                lines.append(
+                    f'    raise ProtocolError({code}, f"{f.name} {{{f.name}}} is not one of {{sorted({allowed})}}", path="{f.name}")'
+                )
+            header.append((f.name, annotation, docstring(f.description)))
+        frames.append(
+            PyFrame(
+                name=frame.name,
+                doc=docstring(frame.description),
+                size_constant=names.frame_size(frame.name),
+                size=frame.size,
+                struct_format=order + "".join(_STRUCT_CODES[f.kind] for f in frame.header),
+                header=header,
+                defaults=defaults,
+                payload=frame.payload.name,
+                payload_offset=frame.payload.offset,
+                payload_size=frame.payload.size,
+                payload_doc=docstring(frame.payload.description),
+                flags=flag_specs,
+                decode_lines=lines,
+                error=code,
+            )
+        )
+    return frames

@@ -1,0 +1,280 @@
+"""The JSON message codec both generated protocol modules are built on.
+
+A generated module describes its protocol (the message union of each sender, the value checks,
+the error codes) and hands the description to :class:`JsonCodec`, which owns the one decode and
+encode path: size bound on the encoded bytes, typed msgspec decoding with decoders built once,
+value checks, and the translation of every failure into the protocol's ``ProtocolError``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+import msgspec
+
+from voxwire._rules import json_value_problem
+from voxwire.errors import ProtocolError
+
+__all__ = ["Check", "DecodeErrorCodes", "JsonCodec", "SenderSpec", "UnknownMessage"]
+
+Check = Callable[[Any, bool], None]
+"""A generated value check: ``check(message, full)``. ``full`` adds the rules msgspec already
+enforces while decoding (ranges, lengths, patterns), for messages built in code."""
+
+
+class UnknownMessage(msgspec.Struct, frozen=True, kw_only=True):
+    """A message of a type this version does not know, kept whole (forward compatibility).
+
+    Decoded only from a sender whose unknown types the spec accepts; encoding it writes
+    ``data`` back unchanged.
+    """
+
+    type: str
+    """The message's wire ``type``."""
+    data: dict[str, Any]
+    """The whole JSON object as received, ``type`` included."""
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeErrorCodes:
+    """The protocol's error code for each class of decode failure (spec: ``decode_errors``)."""
+
+    malformed: str
+    missing_field: str
+    wrong_type: str
+    unknown_field: str
+    invalid_value: str
+    too_many: str
+    too_large: str
+    unknown_type: str
+    wrong_sender: str
+
+
+@dataclass(frozen=True, slots=True)
+class SenderSpec:
+    """What one sender may send: its message union, and whether unknown types decode."""
+
+    union: Any
+    accepts_unknown: bool
+
+
+class _TypeOnly(msgspec.Struct):
+    type: str
+
+
+_TYPE_ONLY: Final = msgspec.json.Decoder(_TypeOnly)
+_ANY: Final = msgspec.json.Decoder()
+_INDEX: Final = re.compile(r"\[\d+\]")
+_MISSING: Final = re.compile(r"Object missing required field `([^`]+)`")
+
+
+class JsonCodec:
+    """Decodes and encodes the JSON messages of one protocol.
+
+    Args:
+        protocol: The protocol's id, for messages (``brisvox``).
+        error: The protocol's ``ProtocolError`` subclass.
+        codes: The error code of each class of decode failure.
+        max_message_bytes: The largest encoded message, in UTF-8 bytes.
+        senders: Each sender's id and what it may send.
+        checks: The value check of every message class (``None`` for a class without rules).
+        decode_checks: The checks decoding still needs after msgspec's own (a subset of
+            ``checks``).
+        field_codes: Error codes that replace the default for one field of one message,
+            keyed by (wire type, JSON path with indices written ``[]``).
+    """
+
+    __slots__ = (
+        "_all_types",
+        "_checks",
+        "_codes",
+        "_decode_checks",
+        "_decoders",
+        "_encoder",
+        "_error",
+        "_field_codes",
+        "_max",
+        "_protocol",
+        "_quarter",
+        "_senders",
+        "_types_by_sender",
+    )
+
+    def __init__(
+        self,
+        *,
+        protocol: str,
+        error: type[ProtocolError],
+        codes: DecodeErrorCodes,
+        max_message_bytes: int,
+        senders: Mapping[str, SenderSpec],
+        checks: Mapping[type, Check | None],
+        decode_checks: Mapping[type, Check],
+        field_codes: Mapping[tuple[str, str], str],
+    ) -> None:
+        self._protocol = protocol
+        self._error = error
+        self._codes = codes
+        self._max = max_message_bytes
+        # A str of at most max/4 characters is at most max UTF-8 bytes: no need to count.
+        self._quarter = max_message_bytes // 4
+        self._senders = dict(senders)
+        self._decoders = {sid: msgspec.json.Decoder(spec.union) for sid, spec in senders.items()}
+        self._types_by_sender = {sid: _tags(spec.union) for sid, spec in senders.items()}
+        self._all_types = frozenset().union(*self._types_by_sender.values())
+        self._checks = dict(checks)
+        self._decode_checks = dict(decode_checks)
+        self._field_codes = dict(field_codes)
+        self._encoder = msgspec.json.Encoder()
+
+    def decode(self, data: bytes | str, sender: str) -> Any:
+        """Decode one message that ``sender`` sent; raise the protocol's error if it is bad."""
+        decoder = self._decoders.get(sender)
+        if decoder is None:
+            raise ValueError(
+                f"{self._protocol}: unknown sender {sender!r}; one of {sorted(self._decoders)}"
+            )
+        if len(data) > self._quarter:
+            self._check_size(data)
+        try:
+            message = decoder.decode(data)
+        except msgspec.ValidationError as exc:
+            return self._recover(exc, data, sender)
+        except msgspec.DecodeError as exc:
+            raise self._error(self._codes.malformed, f"not valid JSON: {exc}") from None
+        except UnicodeEncodeError:
+            raise self._error(
+                self._codes.malformed, "text holds a lone surrogate (not valid UTF-8)"
+            ) from None
+        check = self._decode_checks.get(message.__class__)
+        if check is not None:
+            check(message, False)
+        return message
+
+    def encode(self, message: Any) -> bytes:
+        """Check ``message`` against every rule of the spec and return compact UTF-8 JSON."""
+        if message.__class__ is UnknownMessage:
+            _check_json_value(message.data, self._error, self._codes.wrong_type, message.type)
+            payload = message.data
+        else:
+            try:
+                check = self._checks[message.__class__]
+            except KeyError:
+                raise TypeError(
+                    f"{self._protocol}.encode: not a {self._protocol} message: "
+                    f"{type(message).__name__}"
+                ) from None
+            if check is not None:
+                check(message, True)
+            payload = message
+        try:
+            data = self._encoder.encode(payload)
+        except UnicodeEncodeError:
+            raise self._error(
+                self._codes.invalid_value,
+                "text holds a lone surrogate (not valid UTF-8)",
+                message_type=getattr(message, "type", None),
+            ) from None
+        except (TypeError, msgspec.EncodeError) as exc:
+            raise self._error(
+                self._codes.wrong_type, str(exc), message_type=getattr(message, "type", None)
+            ) from None
+        if len(data) > self._max:
+            raise self._error(
+                self._codes.too_large,
+                f"{len(data)} bytes encoded, at most {self._max}",
+                message_type=getattr(message, "type", None),
+            )
+        return data
+
+    def _check_size(self, data: bytes | str) -> None:
+        if isinstance(data, str):
+            if len(data) <= self._max:  # at most 4 bytes a character: count exactly
+                try:
+                    size = len(data.encode("utf-8"))
+                except UnicodeEncodeError:
+                    raise self._error(
+                        self._codes.malformed, "text holds a lone surrogate (not valid UTF-8)"
+                    ) from None
+            else:
+                size = len(data)  # a lower bound that is already too large
+        else:
+            size = len(data)
+        if size > self._max:
+            raise self._error(
+                self._codes.too_large, f"message of {size} bytes or more, at most {self._max}"
+            )
+
+    def _recover(self, exc: msgspec.ValidationError, data: bytes | str, sender: str) -> Any:
+        """Turn msgspec's complaint into the protocol's error, or an ``UnknownMessage``."""
+        text = str(exc)
+        detail, sep, where = text.rpartition(" - at `")
+        path = where[:-1] if sep else "$"
+        if not sep:
+            detail = text
+        codes = self._codes
+        if path == "$" and detail.startswith("Expected `object`"):
+            raise self._error(codes.malformed, "not a JSON object") from None
+        if detail == "Object missing required field `type`" and path == "$":
+            raise self._error(codes.malformed, "the object has no `type` field") from None
+        if path == "$.type":
+            if detail.startswith("Expected `str`"):
+                raise self._error(codes.malformed, "`type` is not a string") from None
+            return self._unknown_tag(data, sender)
+        message_type = _TYPE_ONLY.decode(data).type
+        missing = _MISSING.fullmatch(detail)
+        if missing:
+            path = f"{path}.{missing.group(1)}"
+            code = codes.missing_field
+            detail = "required field is missing"
+        elif detail.startswith("Object contains unknown field"):
+            code = codes.unknown_field
+        elif detail.startswith(("Expected `array` of length <=", "Expected `object` of length <=")):
+            code = codes.too_many
+        elif ", got `" in detail:
+            code = codes.wrong_type
+        else:
+            code = codes.invalid_value
+        override = self._field_codes.get((message_type, _INDEX.sub("[]", path)))
+        if override is not None and code not in (codes.missing_field, codes.wrong_type):
+            code = override
+        raise self._error(code, detail, path=path, message_type=message_type) from None
+
+    def _unknown_tag(self, data: bytes | str, sender: str) -> UnknownMessage:
+        message_type = _TYPE_ONLY.decode(data).type
+        if message_type in self._all_types:
+            senders = sorted(s for s, types in self._types_by_sender.items() if message_type in types)
+            raise self._error(
+                self._codes.wrong_sender,
+                f"the {sender} may not send it (sent by: {', '.join(senders)})",
+                message_type=message_type,
+            ) from None
+        if not self._senders[sender].accepts_unknown:
+            raise self._error(
+                self._codes.unknown_type,
+                f"unknown message type from the {sender}",
+                message_type=message_type,
+            ) from None
+        raw = _ANY.decode(data)
+        return UnknownMessage(type=message_type, data=raw)
+
+
+def _tags(union: Any) -> frozenset[str]:
+    members = getattr(union, "__args__", (union,))
+    return frozenset(
+        member.__struct_config__.tag
+        for member in members
+        if isinstance(member.__struct_config__.tag, str)
+    )
+
+
+def _check_json_value(
+    value: object, error: type[ProtocolError], code: str, message_type: str | None
+) -> None:
+    """Refuse what JSON cannot carry: NaN, infinities, non-string keys, non-JSON objects."""
+    problem = json_value_problem(value, "$")
+    if problem is not None:
+        raise error(code, problem[1], path=problem[0], message_type=message_type)

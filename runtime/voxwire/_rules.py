@@ -1,0 +1,166 @@
+"""The value rules of the spec, one small function each, called by the generated checks.
+
+Each returns ``None`` when the value obeys the rule, or one sentence saying how it breaks it. The
+generated code decides the path and the error code; these functions only judge values.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Collection, Sequence
+from typing import Any, Final
+
+JSON_SAFE_INTEGER: Final = 2**53 - 1
+"""The bound of an integer the spec gives no range: the largest integer every JSON peer
+(JavaScript included) reads exactly."""
+
+__all__ = [
+    "JSON_SAFE_INTEGER",
+    "at_least_one_of",
+    "at_most_one_of",
+    "exactly_one_of",
+    "finite",
+    "json_value_problem",
+    "matches",
+    "max_bytes",
+    "max_chars",
+    "max_items",
+    "max_value",
+    "min_bytes",
+    "min_chars",
+    "min_fields",
+    "min_items",
+    "min_value",
+    "not_blank",
+    "one_of",
+    "requires",
+    "unique",
+    "utf8_size",
+]
+
+
+def utf8_size(text: str) -> int:
+    """The length of ``text`` in UTF-8 bytes, the unit the protocols count text limits in."""
+    if text.isascii():
+        return len(text)
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def max_bytes(text: str, limit: int) -> str | None:
+    # A character is at most 4 UTF-8 bytes: short text needs no counting.
+    if len(text) * 4 <= limit:
+        return None
+    size = utf8_size(text)
+    return None if size <= limit else f"{size} UTF-8 bytes, at most {limit}"
+
+
+def min_bytes(text: str, limit: int) -> str | None:
+    size = utf8_size(text)
+    return None if size >= limit else f"{size} UTF-8 bytes, at least {limit}"
+
+
+def not_blank(text: str) -> str | None:
+    return "is blank" if not text or text.isspace() else None
+
+
+def max_chars(text: str, limit: int) -> str | None:
+    return None if len(text) <= limit else f"{len(text)} characters, at most {limit}"
+
+
+def min_chars(text: str, limit: int) -> str | None:
+    return None if len(text) >= limit else f"{len(text)} characters, at least {limit}"
+
+
+def max_items(items: Collection[Any], limit: int) -> str | None:
+    return None if len(items) <= limit else f"{len(items)} items, at most {limit}"
+
+
+def min_items(items: Collection[Any], limit: int) -> str | None:
+    return None if len(items) >= limit else f"{len(items)} items, at least {limit}"
+
+
+def min_value(number: float, limit: float) -> str | None:
+    return None if number >= limit else f"{number!r} is below the minimum {limit!r}"
+
+
+def max_value(number: float, limit: float) -> str | None:
+    return None if number <= limit else f"{number!r} is above the maximum {limit!r}"
+
+
+def finite(number: float) -> str | None:
+    return None if math.isfinite(number) else f"{number!r} is not a JSON number"
+
+
+def matches(text: str, pattern: re.Pattern[str]) -> str | None:
+    return None if pattern.fullmatch(text) else f"{text!r} does not match {pattern.pattern}"
+
+
+def one_of(value: object, allowed: Collection[object]) -> str | None:
+    # True == 1 in Python: a boolean only matches a boolean.
+    if isinstance(value, bool):
+        ok = any(option is value for option in allowed)
+    else:
+        ok = value in allowed
+    return None if ok else f"{value!r} is not one of {', '.join(repr(v) for v in allowed)}"
+
+
+def unique(keys: Sequence[object]) -> str | None:
+    seen: set[object] = set()
+    for index, key in enumerate(keys):
+        if key in seen:
+            return f"item {index} repeats {key!r}"
+        seen.add(key)
+    return None
+
+
+def at_most_one_of(present: Sequence[str]) -> str | None:
+    return None if len(present) <= 1 else f"{' and '.join(present)} are both present"
+
+
+def exactly_one_of(present: Sequence[str], names: Sequence[str]) -> str | None:
+    if len(present) == 1:
+        return None
+    if not present:
+        return f"one of {', '.join(names)} is required"
+    return f"{' and '.join(present)} are both present"
+
+
+def at_least_one_of(present: Sequence[str], names: Sequence[str]) -> str | None:
+    return None if present else f"one of {', '.join(names)} is required"
+
+
+def min_fields(present: Sequence[str], count: int) -> str | None:
+    return None if len(present) >= count else f"at least {count} field(s) required, got none"
+
+
+def requires(is_set: bool, other_value: object, expected: object, names: tuple[str, str]) -> str | None:
+    if not is_set or other_value == expected:
+        return None
+    return f"{names[0]} requires {names[1]} == {expected!r}, got {other_value!r}"
+
+
+def json_value_problem(value: object, path: str) -> tuple[str, str] | None:
+    """Find the first part of a free-form JSON value that JSON cannot carry.
+
+    Returns (path, detail) or ``None``. NaN and the infinities have no JSON form (an encoder
+    would write ``null``); keys must be strings; anything else must be a JSON type.
+    """
+    stack: list[tuple[object, str]] = [(value, path)]
+    while stack:
+        item, where = stack.pop()
+        if item is None or isinstance(item, (str, bool, int)):
+            continue
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return where, f"{item!r} is not a JSON number"
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                if not isinstance(key, str):
+                    return where, f"key {key!r} is not a string"
+                stack.append((child, f"{where}.{key}"))
+        elif isinstance(item, (list, tuple)):
+            stack.extend((child, f"{where}[{i}]") for i, child in enumerate(item))
+        else:
+            return where, f"a {type(item).__name__} is not a JSON value"
+    return None
