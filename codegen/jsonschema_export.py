@@ -44,9 +44,13 @@ def export_schema(protocol: Protocol) -> dict[str, Any]:
             base["enum"] = values
         defs[enum.name] = base
     for struct in protocol.structs:
-        defs[struct.name] = _object(struct.description, struct.fields, struct.rules, struct.reject_unknown_fields, None)
+        defs[struct.name] = _object(
+            struct.description, struct.fields, struct.rules, struct.reject_unknown_fields, None
+        )
     for message in protocol.messages:
-        defs[message.class_name] = _object(message.summary, message.fields, message.rules, False, message.type)
+        defs[message.class_name] = _object(
+            message.summary, message.fields, message.rules, False, message.type
+        )
     for sender in protocol.senders:
         defs[sender.union_name] = {
             "description": f"Every message the {sender.id} may send.",
@@ -76,7 +80,11 @@ def message_schema(document: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 def _object(
-    description: str, fields: tuple[Field, ...], rules: tuple[Rule, ...], reject: bool, tag: str | None
+    description: str,
+    fields: tuple[Field, ...],
+    rules: tuple[Rule, ...],
+    reject: bool,
+    tag: str | None,
 ) -> dict[str, Any]:
     properties: dict[str, Any] = {}
     required: list[str] = []
@@ -87,7 +95,11 @@ def _object(
         properties[f.wire_name] = _field(f)
         if f.required:
             required.append(f.wire_name)
-    schema: dict[str, Any] = {"type": "object", "description": " ".join(description.split()), "properties": properties}
+    schema: dict[str, Any] = {
+        "type": "object",
+        "description": " ".join(description.split()),
+        "properties": properties,
+    }
     if required:
         schema["required"] = required
     if reject:
@@ -126,7 +138,9 @@ def _field(f: Field) -> dict[str, Any]:
             if f.min_length is not None:
                 schema["minLength"] = f.min_length.value
             if f.max_length is not None:
-                schema["maxLength"] = min(f.max_length.value, schema.get("maxLength", f.max_length.value))
+                schema["maxLength"] = min(
+                    f.max_length.value, schema.get("maxLength", f.max_length.value)
+                )
     if f.nullable:
         schema = {"anyOf": [schema, {"type": "null"}]}
     schema["description"] = " ".join(f.description.split())
@@ -177,7 +191,13 @@ def _rule(rule: Rule) -> dict[str, Any] | None:
         if rule.field.type.kind != "boolean":
             return None
         return {
-            "if": {"properties": {rule.field.wire_name: {"const": True}}, "required": [rule.field.wire_name]},
-            "then": {"properties": {rule.other.wire_name: {"const": rule.equals}}, "required": [rule.other.wire_name]},
+            "if": {
+                "properties": {rule.field.wire_name: {"const": True}},
+                "required": [rule.field.wire_name],
+            },
+            "then": {
+                "properties": {rule.other.wire_name: {"const": rule.equals}},
+                "required": [rule.other.wire_name],
+            },
         }
     return None

@@ -13,6 +13,7 @@ __all__ = [
     "enum_member",
     "enum_values",
     "flag",
+    "frame_header",
     "frame_size",
     "module_path",
     "pattern",
@@ -24,7 +25,7 @@ _RESERVED_ATTRIBUTES = frozenset({"type"})  # the tag, readable on every message
 
 
 def class_name(wire_type: str) -> str:
-    """``session.start`` -> ``SessionStart``; ``agent.handoff_requested`` -> ``AgentHandoffRequested``."""
+    """``session.start`` -> ``SessionStart``, ``agent.tool.invoke`` -> ``AgentToolInvoke``."""
     return "".join(word[:1].upper() + word[1:] for word in _WORD.findall(wire_type))
 
 
@@ -70,6 +71,11 @@ def pattern(index: int) -> str:
 def frame_size(frame_name: str) -> str:
     """``AudioFrame`` -> ``AUDIO_FRAME_SIZE``: the frame's size in bytes."""
     return f"{_snake(frame_name).upper()}_SIZE"
+
+
+def frame_header(frame_name: str) -> str:
+    """``AudioFrame`` -> ``_AUDIO_FRAME_HEADER``: the prebuilt ``struct.Struct`` of its header."""
+    return f"_{_snake(frame_name).upper()}_HEADER"
 
 
 def flag(flag_name: str) -> str:

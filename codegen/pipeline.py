@@ -10,7 +10,7 @@ from codegen.ir import Protocol, resolve
 from codegen.loader import Problem, SpecError, load
 from codegen.render import ROOT, Output, render
 
-__all__ = ["Drift", "SPEC_DIR", "check", "generate", "load_protocols", "outputs"]
+__all__ = ["SPEC_DIR", "Drift", "check", "generate", "load_protocols", "outputs"]
 
 SPEC_DIR = ROOT / "spec"
 GENERATED_ROOTS = ("generated/voxwire", "docs/reference")
@@ -102,6 +102,11 @@ def _orphans(root: Path, wanted: dict[str, str]) -> list[str]:
             continue
         for path in sorted(base.rglob("*")):
             rel = str(path.relative_to(root))
-            if path.is_file() and rel not in wanted and rel not in _KEEP and "__pycache__" not in rel:
+            if (
+                path.is_file()
+                and rel not in wanted
+                and rel not in _KEEP
+                and "__pycache__" not in rel
+            ):
                 found.append(rel)
     return found

@@ -14,9 +14,21 @@ from typing import Any
 from codegen import names
 from codegen.ir import JSON_SAFE_INTEGER, Bound, Enum, Field, Protocol, Rule, TypeRef
 
-__all__ = ["PyCheck", "PyClass", "PyEnum", "PyField", "PyModel", "build", "docstring"]
+__all__ = [
+    "PyCheck",
+    "PyClass",
+    "PyEnum",
+    "PyField",
+    "PyFrame",
+    "PyModel",
+    "build",
+    "build_frames",
+    "docstring",
+    "wrap",
+]
 
-WRAP = 92
+LINE_LENGTH = 100
+"""The line length of generated Python (pyproject.toml: tool.ruff.line-length)."""
 
 
 @dataclass(frozen=True)
@@ -52,7 +64,7 @@ class PyCheck:
     function: str
     class_name: str
     message_type: str | None
-    doc: str
+    doc: list[str]
     body: list[str]
     """Indented lines of the function body."""
 
@@ -72,17 +84,25 @@ class PyModel:
 
 
 def docstring(*parts: str) -> list[str]:
-    """Paragraphs wrapped for a docstring, first line first."""
-    lines: list[str] = []
+    """The paragraphs of a docstring, whitespace folded; the filter ``doc`` wraps them."""
+    paragraphs = []
     for part in parts:
         for paragraph in part.strip().split("\n\n"):
             text = " ".join(paragraph.split())
-            if not text:
-                continue
-            if lines:
-                lines.append("")
-            lines.extend(textwrap.wrap(text, WRAP, break_on_hyphens=False) or [""])
-    return [line.replace('"""', "'''").replace("\\", "\\\\") for line in lines]
+            if text:
+                paragraphs.append(text.replace('"""', "'''").replace("\\", "\\\\"))
+    return paragraphs
+
+
+def wrap(paragraphs: list[str], indent: int) -> list[str]:
+    """Paragraphs as lines that fit the line length at ``indent``, a blank line between."""
+    width = LINE_LENGTH - indent - 6  # room for the quotes at both ends
+    lines: list[str] = []
+    for paragraph in paragraphs:
+        if lines:
+            lines.append("")
+        lines.extend(textwrap.wrap(paragraph, width, break_on_hyphens=False) or [""])
+    return lines
 
 
 def build(protocol: Protocol) -> PyModel:
@@ -118,7 +138,12 @@ class _Builder:
 
     def build(self) -> PyModel:
         enums = [self._enum(e) for e in self.p.enums]
-        structs = [self._class(s.name, "Struct", None, docstring(s.description), s.fields, s.reject_unknown_fields) for s in self.p.structs]
+        structs = [
+            self._class(
+                s.name, "Struct", None, docstring(s.description), s.fields, s.reject_unknown_fields
+            )
+            for s in self.p.structs
+        ]
         messages = [
             self._class(
                 m.class_name,
@@ -167,7 +192,13 @@ class _Builder:
         )
 
     def _class(
-        self, name: str, base: str, tag: str | None, doc: list[str], fields: tuple[Field, ...], reject: bool
+        self,
+        name: str,
+        base: str,
+        tag: str | None,
+        doc: list[str],
+        fields: tuple[Field, ...],
+        reject: bool,
     ) -> PyClass:
         return PyClass(
             name=name,
@@ -180,15 +211,20 @@ class _Builder:
 
     def _field(self, f: Field) -> PyField:
         annotation = self._annotation(f)
-        if f.nullable:
-            annotation += " | None"
         default: str | None = None
         if f.has_default:
             if isinstance(f.default, list | dict):
                 if f.default:
-                    raise ValueError(f"{f.wire_name}: only empty list/object defaults are supported")
+                    raise ValueError(
+                        f"{f.wire_name}: only empty list/object defaults are supported"
+                    )
                 default = f"msgspec.field(default_factory={type(f.default).__name__})"
-            elif f.type.kind == "enum" and f.type.enum is not None and not f.type.enum.open and f.default is not None:
+            elif (
+                f.type.kind == "enum"
+                and f.type.enum is not None
+                and not f.type.enum.open
+                and f.default is not None
+            ):
                 member = next(v.py_name for v in f.type.enum.values if v.value == f.default)
                 default = f"{f.type.enum.name}.{member}"
             else:
@@ -196,11 +232,15 @@ class _Builder:
         elif not f.required:
             annotation += " | UnsetType"
             default = "UNSET"
+        if f.nullable:
+            annotation += " | None"
         if f.py_name != f.wire_name:
             if default is None:
                 default = f'msgspec.field(name="{f.wire_name}")'
             elif default.startswith("msgspec.field("):
-                default = default.replace("msgspec.field(", f'msgspec.field(name="{f.wire_name}", ', 1)
+                default = default.replace(
+                    "msgspec.field(", f'msgspec.field(name="{f.wire_name}", ', 1
+                )
             else:
                 default = f'msgspec.field(name="{f.wire_name}", default={default})'
         return PyField(f.py_name, annotation, default, docstring(f.description))
@@ -273,20 +313,34 @@ class _Builder:
 
     def _field_needs(self, f: Field) -> tuple[bool, bool]:
         element = f.type.element
-        decode = f.max_bytes is not None or f.min_bytes is not None or f.not_blank or f.unique_by is not None
+        decode = (
+            f.max_bytes is not None
+            or f.min_bytes is not None
+            or f.not_blank
+            or f.unique_by is not None
+        )
         if element.kind == "struct" and element.struct is not None:
             inner = self._needs(element.struct)
             return decode or inner[0], True
-        full = decode or element.kind in ("integer", "number", "object", "any", "enum", "string") or f.has_const
+        full = (
+            decode
+            or element.kind in ("integer", "number", "object", "any", "enum", "string")
+            or f.has_const
+        )
         full = full or f.min_length is not None or f.max_length is not None
         return decode, full
 
     def _code(self, code: str | None, default: str) -> str:
         return "ErrorCode." + self.error_codes[code or self.p.decode_errors[default]]
 
-    def _check(self, name: str, message_type: str | None, fields: tuple[Field, ...], rules: tuple[Rule, ...]) -> PyCheck | None:
-        decode, full = self._needs(name)
-        if not full:
+    def _check(
+        self,
+        name: str,
+        message_type: str | None,
+        fields: tuple[Field, ...],
+        rules: tuple[Rule, ...],
+    ) -> PyCheck | None:
+        if not self._needs(name)[1]:
             return None
         body: list[str] = []
         for f in fields:
@@ -298,12 +352,15 @@ class _Builder:
             function=names.check_function(name),
             class_name=name,
             message_type=message_type,
-            doc=f"Check the values of a {what} (``full``: the rules decoding already enforced too).",
+            doc=docstring(
+                f"Check the values of a {what}; ``full`` adds the rules decoding enforces itself."
+            ),
             body=body,
         )
 
-    def _raise(self, code: str, where: str) -> str:
-        return f'raise ProtocolError({code}, problem, path=f"{{path}}{where}", message_type=message_type)'
+    def _raise(self, code: str, where: str, problem: str = "problem") -> str:
+        path = f'f"{{path}}{where}"'
+        return f"raise ProtocolError({code}, {problem}, path={path}, message_type=message_type)"
 
     def _chain(self, conditions: list[str], calls: list[str], code: str, where: str) -> list[str]:
         """``if <conditions> and (problem := a or b) is not None: raise ...``"""
@@ -336,15 +393,25 @@ class _Builder:
                 lines += self._chain([*guard, "full"], full_calls, invalid, where)
             if f.max_length is not None:
                 too_many = self._code(f.code, "too_many")
-                lines += self._chain([*guard, "full"], [f"max_items({value}, {_bound(f.max_length)})"], too_many, where)
+                lines += self._chain(
+                    [*guard, "full"],
+                    [f"max_items({value}, {_bound(f.max_length)})"],
+                    too_many,
+                    where,
+                )
             item_where = f"{where}[{{index}}]" if ref.kind == "array" else f"{where}.{{index}}"
             iterate = f"enumerate({value})" if ref.kind == "array" else f"{value}.items()"
-            for phase, body in zip(("decode", "full"), self._value_lines(f, "item", item_where, invalid), strict=True):
+            item = f"{f.py_name.rstrip('_')}_item"  # one name per loop: each has its own type
+            item_lines = self._value_lines(f, item, item_where, invalid)
+            for phase, body in zip(("decode", "full"), item_lines, strict=True):
                 if body:
                     conditions = [*guard] + (["full"] if phase == "full" else [])
-                    loop = [f"for index, item in {iterate}:", *("    " + line for line in body)]
+                    loop = [f"for index, {item} in {iterate}:", *("    " + line for line in body)]
                     if conditions:
-                        loop = [f"if {' and '.join(conditions)}:", *("    " + line for line in loop)]
+                        loop = [
+                            f"if {' and '.join(conditions)}:",
+                            *("    " + line for line in loop),
+                        ]
                     lines += loop
             return lines
         decode_body, full_body = self._value_lines(f, value, where, invalid)
@@ -361,7 +428,9 @@ class _Builder:
                 lines += body
         return lines
 
-    def _value_lines(self, f: Field, value: str, where: str, invalid: str) -> tuple[list[str], list[str]]:
+    def _value_lines(
+        self, f: Field, value: str, where: str, invalid: str
+    ) -> tuple[list[str], list[str]]:
         """(decode, full) checks of one value: the field itself, or one item of an array or map."""
         decode_calls: list[str] = []
         full_calls: list[str] = []
@@ -395,7 +464,7 @@ class _Builder:
             wrong_type = "ErrorCode." + self.error_codes[self.p.decode_errors["wrong_type"]]
             full_lines += [
                 f'if (found := json_value_problem({value}, "")) is not None:',
-                f'    raise ProtocolError({wrong_type}, found[1], path=f"{{path}}{where}" + found[0], message_type=message_type)',
+                "    " + self._raise(wrong_type, where + "{found[0]}", "found[1]"),
             ]
         elif kind == "enum":
             enum = f.type.element.enum
@@ -406,7 +475,9 @@ class _Builder:
             struct = f.type.element.struct
             assert struct is not None
             decode_needed, full_needed = self._needs(struct)
-            call = f'{names.check_function(struct)}({value}, full, f"{{path}}{where}", message_type)'
+            call = (
+                f'{names.check_function(struct)}({value}, full, f"{{path}}{where}", message_type)'
+            )
             if decode_needed:
                 decode_lines.append(call)
             elif full_needed:
@@ -435,7 +506,9 @@ class _Builder:
             if r.kind in ("at_most_one_of", "exactly_one_of", "at_least_one_of", "min_fields"):
                 candidates = r.fields if r.fields else tuple(f for f in fields if not f.required)
                 present = ", ".join(
-                    f'"{f.wire_name}"' if f.required else f'*(("{f.wire_name}",) if value.{f.py_name} is not UNSET else ())'
+                    f'"{f.wire_name}"'
+                    if f.required
+                    else f'*(("{f.wire_name}",) if value.{f.py_name} is not UNSET else ())'
                     for f in candidates
                 )
                 names_tuple = ", ".join(f'"{f.wire_name}"' for f in candidates)
@@ -449,12 +522,12 @@ class _Builder:
                 assert r.field is not None and r.other is not None
                 f, other = r.field, r.other
                 is_set = f"value.{f.py_name} not in (UNSET, None, False)"
-                call = (
-                    f'requires({is_set}, value.{other.py_name}, {r.equals!r}, ("{f.wire_name}", "{other.wire_name}"))'
-                )
+                pair = f'("{f.wire_name}", "{other.wire_name}")'
+                call = f"requires({is_set}, value.{other.py_name}, {r.equals!r}, {pair})"
             lines.append(f"if (problem := {call}) is not None:")
+            detail = f'f"{{problem}}: {_escape(r.description)}"'
             lines.append(
-                f'    raise ProtocolError({code}, f"{{problem}}: {_escape(r.description)}", path=path, message_type=message_type)'
+                f"    raise ProtocolError({code}, {detail}, path=path, message_type=message_type)"
             )
         return lines
 
@@ -478,7 +551,13 @@ class _Builder:
 
 
 def _escape(text: str) -> str:
-    return " ".join(text.split()).replace("\\", "\\\\").replace('"', '\\"').replace("{", "{{").replace("}", "}}")
+    return (
+        " ".join(text.split())
+        .replace("\\", "\\\\")
+        .replace('"', '\\"')
+        .replace("{", "{{")
+        .replace("}", "}}")
+    )
 
 
 @dataclass(frozen=True)
@@ -488,6 +567,7 @@ class PyFrame:
     name: str
     doc: list[str]
     size_constant: str
+    header_struct: str
     size: int
     struct_format: str
     header: list[tuple[str, str, list[str]]]
@@ -502,6 +582,10 @@ class PyFrame:
     decode_lines: list[str]
     """Checks of the unpacked header values (names bound), before the payload is touched."""
     error: str
+
+
+def _frame_raise(code: str, detail: str, field: str) -> str:
+    return f'    raise ProtocolError({code}, {detail}, path="{field}")'
 
 
 _STRUCT_CODES = {"u8": "B", "u16": "H", "u32": "I", "u64": "Q"}
@@ -524,29 +608,29 @@ def build_frames(protocol: Protocol) -> list[PyFrame]:
                 defaults[f.name] = repr(f.const)
                 lines.append(f"if {f.name} != {f.const}:")
                 lines.append(
-                    f'    raise ProtocolError({code}, f"{f.name} is {{{f.name}}}, not {f.const}", path="{f.name}")'
+                    _frame_raise(code, f'f"{f.name} is {{{f.name}}}, not {f.const}"', f.name)
                 )
             if f.flags:
                 mask = sum(1 << bit for bit, _, _ in f.flags)
                 defaults[f.name] = "0"
                 lines.append(f"if {f.name} & ~{mask:#04x}:")
                 lines.append(
-                    f'    raise ProtocolError({code}, f"reserved bits set in {{{f.name}:#04x}}", path="{f.name}")'
+                    _frame_raise(code, f'f"reserved bits set in {{{f.name}:#04x}}"', f.name)
                 )
                 for bit, flag, description in f.flags:
                     flag_specs.append((names.flag(flag), flag, 1 << bit, docstring(description)))
             if f.enum is not None:
                 allowed = names.enum_values(f.enum.name)
                 lines.append(f"if {f.name} not in {allowed}:")
-                lines.append(
-                    f'    raise ProtocolError({code}, f"{f.name} {{{f.name}}} is not one of {{sorted({allowed})}}", path="{f.name}")'
-                )
+                detail = f'f"{f.name} {{{f.name}}} is not one of {{sorted({allowed})}}"'
+                lines.append(_frame_raise(code, detail, f.name))
             header.append((f.name, annotation, docstring(f.description)))
         frames.append(
             PyFrame(
                 name=frame.name,
                 doc=docstring(frame.description),
                 size_constant=names.frame_size(frame.name),
+                header_struct=names.frame_header(frame.name),
                 size=frame.size,
                 struct_format=order + "".join(_STRUCT_CODES[f.kind] for f in frame.header),
                 header=header,

@@ -11,6 +11,7 @@ import json
 import re
 import subprocess
 import sys
+import textwrap
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,7 @@ import jinja2
 from codegen import names
 from codegen.ir import Constant, Field, Frame, Message, Protocol, Rule, Struct, TypeRef
 from codegen.jsonschema_export import export_schema
-from codegen.pymodel import PyModel, build, build_frames, docstring
+from codegen.pymodel import LINE_LENGTH, PyModel, build, build_frames, docstring, wrap
 
 __all__ = ["RUFF_VERSION", "RenderError", "render"]
 
@@ -40,6 +41,8 @@ _TEMPLATES = jinja2.Environment(
 _TEMPLATES.filters["oneline"] = lambda text: " ".join(str(text).split())
 _TEMPLATES.filters["py"] = repr
 _TEMPLATES.filters["doc"] = lambda lines, indent=4: _docstring_literal(lines, indent)
+_TEMPLATES.filters["wrap"] = lambda paragraphs, indent=0: "\n".join(wrap(paragraphs, indent))
+_TEMPLATES.filters["pystr"] = lambda text, indent=4: _string_literal(text, indent)
 _TEMPLATES.filters["cell"] = lambda text: " ".join(str(text).split()).replace("|", "\\|")
 
 _GROUP_TITLES = {
@@ -51,13 +54,26 @@ _GROUP_TITLES = {
 }
 
 
-def _docstring_literal(lines: list[str], indent: int) -> str:
+def _docstring_literal(paragraphs: list[str], indent: int) -> str:
     """A docstring literal: one line, or several with the closing quotes on their own line."""
+    lines = wrap(paragraphs, indent)
     if len(lines) == 1:
         return f'"""{lines[0]}"""'
     pad = " " * indent
     body = ("\n" + pad).join(lines).replace("\n" + pad + "\n", "\n\n")
     return f'"""{body}\n{pad}"""'
+
+
+def _string_literal(text: str, indent: int) -> str:
+    """A string literal that fits the line length: implicit concatenation in parentheses."""
+    text = " ".join(text.split())
+    width = LINE_LENGTH - indent - 8
+    if len(repr(text)) <= 40:
+        return repr(text)
+    # Always parenthesized and wrapped: ruff joins the pieces again where one line fits.
+    words = textwrap.wrap(text, width, break_on_hyphens=False, drop_whitespace=False)
+    pad = " " * (indent + 4)
+    return "(\n" + "\n".join(pad + repr(chunk) for chunk in words) + "\n" + " " * indent + ")"
 
 
 class RenderError(Exception):
@@ -86,9 +102,14 @@ def render(protocol: Protocol) -> list[Output]:
     if protocol.frames:
         modules["frames.py"] = _frames(protocol, header)
     modules["__init__.py"] = _init(protocol, header, modules)
-    outputs = [Output(package + name, _format_python(package + name, text)) for name, text in modules.items()]
+    outputs = [
+        Output(package + name, _format_python(package + name, text))
+        for name, text in modules.items()
+    ]
     schema = export_schema(protocol)
-    outputs.append(Output(package + "schema.json", json.dumps(schema, indent=2, ensure_ascii=False) + "\n"))
+    outputs.append(
+        Output(package + "schema.json", json.dumps(schema, indent=2, ensure_ascii=False) + "\n")
+    )
     outputs.append(Output(f"docs/reference/{protocol.id}.md", _reference(protocol, model)))
     outputs.append(Output(f"docs/reference/{protocol.id}-decisions.md", _decisions(protocol)))
     return sorted(outputs, key=lambda o: o.path)
@@ -126,12 +147,16 @@ def _format_python(path: str, text: str) -> str:
             check=False,
         )
         if done.returncode != 0:
-            raise RenderError(f"{path}: ruff {command[0]} failed:\n{done.stderr.strip()}\n{_numbered(text)}")
+            raise RenderError(
+                f"{path}: ruff {command[0]} failed:\n{done.stderr.strip()}\n{_numbered(text)}"
+            )
         text = done.stdout
     try:
         ast.parse(text, filename=path)
     except SyntaxError as exc:
-        raise RenderError(f"{path}:{exc.lineno}: generated code does not parse: {exc.msg}") from None
+        raise RenderError(
+            f"{path}:{exc.lineno}: generated code does not parse: {exc.msg}"
+        ) from None
     return text
 
 
@@ -153,7 +178,7 @@ def _errors(p: Protocol, header: str) -> str:
             "py_name": e.py_name,
             "code": e.code,
             "doc": docstring(e.description),
-            "description_literal": repr(" ".join(e.description.split())),
+            "description": e.description,
             "recoverable": bool(e.recoverable),
         }
         for e in p.errors
@@ -187,16 +212,23 @@ def _constant_doc(c: Constant) -> list[str]:
 def _transport_constants(p: Protocol) -> list[dict[str, Any]]:
     out = []
     t = p.transport
+    defined = {c.name for c in p.constants}
     for key, doc in (
         ("subprotocol", "The WebSocket subprotocol both sides must negotiate, exactly."),
         ("endpoint", "Path template of the WebSocket endpoint."),
     ):
-        if key in t:
-            out.append({"name": names.constant(key), "literal": repr(t[key]), "doc": docstring(doc)})
+        # A constant of the same name wins; the IR checks that both agree.
+        if key in t and key not in defined:
+            out.append(
+                {"name": names.constant(key), "literal": repr(t[key]), "doc": docstring(doc)}
+            )
     hosts = t.get("plaintext_hosts")
     if hosts:
         for key, doc in (
-            ("ipv4", "IPv4 networks a plaintext ws:// URL may name (IPv4-mapped IPv6 counts by its IPv4 part)."),
+            (
+                "ipv4",
+                "IPv4 networks a plaintext ws:// URL may name (an IPv4-mapped IPv6 counts too).",
+            ),
             ("ipv6", "IPv6 networks a plaintext ws:// URL may name."),
             ("ipv6_zone", "IPv6 networks on which a zone id (%25eth0) is allowed."),
             ("names", "Host names a plaintext ws:// URL may name exactly."),
@@ -204,7 +236,9 @@ def _transport_constants(p: Protocol) -> list[dict[str, Any]]:
         ):
             out.append(
                 {
-                    "name": names.constant(f"plaintext_{key}" if key != "names" else "plaintext_host_names"),
+                    "name": names.constant(
+                        f"plaintext_{key}" if key != "names" else "plaintext_host_names"
+                    ),
                     "literal": repr(tuple(hosts[key])),
                     "doc": docstring(doc),
                 }
@@ -213,7 +247,9 @@ def _transport_constants(p: Protocol) -> list[dict[str, Any]]:
             {
                 "name": "PLAINTEXT_SINGLE_LABEL",
                 "literal": repr(hosts["single_label"]),
-                "doc": docstring("What a single-label host name (no dot) gets: accept, warn or refuse."),
+                "doc": docstring(
+                    "What a single-label host name (no dot) gets: accept, warn or refuse."
+                ),
             }
         )
     return out
@@ -228,7 +264,11 @@ def _constants(p: Protocol, header: str) -> str:
                 {
                     "title": _GROUP_TITLES[group],
                     "constants": [
-                        {"py_name": c.py_name, "literal": _constant_literal(c.value), "doc": _constant_doc(c)}
+                        {
+                            "py_name": c.py_name,
+                            "literal": _constant_literal(c.value),
+                            "doc": _constant_doc(c),
+                        }
                         for c in members
                     ],
                 }
@@ -268,7 +308,9 @@ def _messages(model: PyModel, header: str) -> str:
     msgspec_names = ["UNSET", "UnsetType"]
     if model.uses_meta:
         msgspec_names.append("Meta")
-    constant_imports = sorted(c for c in _referenced_constants(_all_fields(p)) if re.search(rf"\b{c}\b", text_all))
+    constant_imports = sorted(
+        c for c in _referenced_constants(_all_fields(p)) if re.search(rf"\b{c}\b", text_all)
+    )
     senders = [
         {
             "id": s.id,
@@ -313,9 +355,13 @@ def _checks(model: PyModel, header: str) -> str:
     rule_names = sorted(set(re.findall(r"\b([a-z_]+)\(", body)) & set(_RULES))
     if "JSON_SAFE_INTEGER" in body:
         rule_names.insert(0, "JSON_SAFE_INTEGER")
-    constant_imports = sorted(c for c in _referenced_constants(_all_fields(p)) if re.search(rf"\b{c}\b", body))
+    constant_imports = sorted(
+        c for c in _referenced_constants(_all_fields(p)) if re.search(rf"\b{c}\b", body)
+    )
     enum_sets = sorted(
-        (names.enum_values(e.name), e.name) for e in p.enums if re.search(rf"\b{names.enum_values(e.name)}\b", body)
+        (names.enum_values(e.name), e.name)
+        for e in p.enums
+        if re.search(rf"\b{names.enum_values(e.name)}\b", body)
     )
     patterns = [
         (names.pattern(i), _pattern_literal(pattern))
@@ -326,6 +372,7 @@ def _checks(model: PyModel, header: str) -> str:
         header=header,
         p=p,
         checks=model.checks,
+        exports=sorted(c.function for c in model.checks),
         rule_imports=rule_names,
         constant_imports=constant_imports,
         enum_sets=enum_sets,
@@ -382,7 +429,8 @@ def _codec(model: PyModel, header: str) -> str:
             }
         )
     all_results = " | ".join(
-        [s.union_name for s in p.senders] + (["UnknownMessage"] if any(s.accepts_unknown for s in p.senders) else [])
+        [s.union_name for s in p.senders]
+        + (["UnknownMessage"] if any(s.accepts_unknown for s in p.senders) else [])
     )
     error_names = {e.code: e.py_name for e in p.errors}
     return _TEMPLATES.get_template("codec.py.j2").render(
@@ -394,8 +442,10 @@ def _codec(model: PyModel, header: str) -> str:
         all_checks=all_checks,
         decode_checks=decode_checks,
         field_codes=[(mtype, path, error_names[code]) for mtype, path, code in model.field_codes],
-        check_imports=sorted(set(checks.values())),
-        message_imports=sorted({m.class_name for m in p.messages} | {s.union_name for s in p.senders}),
+        check_imports=sorted({check for _, check in all_checks if check != "None"}),
+        message_imports=sorted(
+            {m.class_name for m in p.messages} | {s.union_name for s in p.senders}
+        ),
     )
 
 
@@ -403,22 +453,38 @@ def _frames(p: Protocol, header: str) -> str:
     frames = build_frames(p)
     views = []
     for fr in frames:
-        snake = "frame" if len(frames) == 1 else names.check_function(fr.name).removeprefix("check_")
-        views.append(_Proxy(fr, snake=snake))
-    frame_enums = sorted({f.enum.name for frame in p.frames for f in frame.header if f.enum is not None})
+        snake = (
+            "frame" if len(frames) == 1 else names.check_function(fr.name).removeprefix("check_")
+        )
+        expect = next(
+            f.name
+            for frame in p.frames
+            if frame.name == fr.name
+            for f in frame.header
+            if f.enum is not None
+        )
+        views.append(_Proxy(fr, snake=snake, expect=f"expected_{expect}", expect_field=expect))
+    frame_enums = sorted(
+        {f.enum.name for frame in p.frames for f in frame.header if f.enum is not None}
+    )
     enum_sets = [(names.enum_values(e), e) for e in frame_enums]
     exports = []
     for view in views:
         exports += [view.name, view.size_constant, f"decode_{view.snake}", f"encode_{view.snake}"]
         exports += [const for const, _, _, _ in view.flags]
     return _TEMPLATES.get_template("frames.py.j2").render(
-        header=header, p=p, frames=views, frame_enums=frame_enums, enum_sets=enum_sets, exports=_sorted_all(exports)
+        header=header,
+        p=p,
+        frames=views,
+        frame_enums=frame_enums,
+        enum_sets=enum_sets,
+        exports=_sorted_all(exports),
     )
 
 
 def _init(p: Protocol, header: str, modules: dict[str, str]) -> str:
     imports = []
-    exports = ["UnknownMessage", "SPEC_SHA256", "PROTOCOL_VERSION"]
+    exports = ["UnknownMessage", "SPEC_SHA256"]
     for module in ("codec", "constants", "errors", "frames", "messages"):
         if module + ".py" not in modules:
             continue
@@ -427,12 +493,17 @@ def _init(p: Protocol, header: str, modules: dict[str, str]) -> str:
             (
                 [ast.literal_eval(elt) for elt in node.value.elts]  # type: ignore[attr-defined]
                 for node in tree.body
-                if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "__all__"
+                if isinstance(node, ast.Assign)
+                and getattr(node.targets[0], "id", None) == "__all__"
             ),
             [],
         )
         imports.append((module, sorted(public)))
         exports += public
+    # The spec may name its version as a constant too (the resolver checks they agree).
+    define_version = "PROTOCOL_VERSION" not in exports
+    if define_version:
+        exports.append("PROTOCOL_VERSION")
     intro = docstring(p.description)
     return _TEMPLATES.get_template("__init__.py.j2").render(
         header=header,
@@ -441,6 +512,7 @@ def _init(p: Protocol, header: str, modules: dict[str, str]) -> str:
         frames=bool(p.frames),
         first_sender=p.senders[0].id,
         imports=imports,
+        define_version=define_version,
         exports=_sorted_all(exports),
     )
 
@@ -470,7 +542,8 @@ def _type_text(ref: TypeRef) -> str:
 
 def _bound_text(bound: Any, unit: str) -> str:
     if bound.constant is not None:
-        return f"{bound.value} {unit} ([`{bound.constant.py_name}`](#{anchor('constant', bound.constant.name)}))".replace("  ", " ")
+        link = f"[`{bound.constant.py_name}`](#{anchor('constant', bound.constant.name)})"
+        return " ".join(part for part in (str(bound.value), unit, f"({link})") if part)
     return f"{bound.value} {unit}".strip()
 
 
@@ -514,7 +587,9 @@ def _fields_table(fields: tuple[Field, ...]) -> str:
         default = f"`{json.dumps(f.default)}`" if f.has_default else ""
         name = f"`{f.wire_name}`" + (f" (`{f.py_name}`)" if f.py_name != f.wire_name else "")
         description = " ".join(f.description.split()).replace("|", "\\|")
-        rows.append(f"| {name} | {type_text} | {required} | {default} | {_limits_text(f)} | {description} |")
+        rows.append(
+            f"| {name} | {type_text} | {required} | {default} | {_limits_text(f)} | {description} |"
+        )
     return "\n".join(rows)
 
 
@@ -522,7 +597,9 @@ def _rule_text(rule: Rule) -> str:
     return " ".join(rule.description.split())
 
 
-def _errors_of(p: Protocol, fields: tuple[Field, ...], structs: dict[str, Struct], reject: bool) -> list[str]:
+def _errors_of(
+    p: Protocol, fields: tuple[Field, ...], structs: dict[str, Struct], reject: bool
+) -> list[str]:
     codes = p.decode_errors
     found = [codes["malformed"], codes["too_large"], codes["wrong_type"], codes["wrong_sender"]]
     if any(f.required for f in fields):
@@ -569,8 +646,7 @@ def _reference(p: Protocol, model: PyModel) -> str:
                 }
             )
     transport = [
-        (key.replace("_", " "), _transport_value(value))
-        for key, value in p.transport.items()
+        (key.replace("_", " "), _transport_value(value)) for key, value in p.transport.items()
     ]
     errors = [_Proxy(e, anchor=anchor("error", e.code)) for e in p.errors]
     return _TEMPLATES.get_template("reference.md.j2").render(
@@ -599,7 +675,9 @@ def _reference(p: Protocol, model: PyModel) -> str:
 
 def _transport_value(value: Any) -> str:
     if isinstance(value, dict):
-        return "; ".join(f"{k}: {', '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in value.items())
+        return "; ".join(
+            f"{k}: {', '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in value.items()
+        )
     return " ".join(str(value).split())
 
 
@@ -614,9 +692,15 @@ def _message_view(p: Protocol, m: Message, structs: dict[str, Struct]) -> dict[s
         "source": m.source,
         "fields_table": _fields_table(m.fields) if m.fields else "No fields besides `type`.",
         "rules": [_rule_text(r) for r in m.rules],
-        "errors": [f"[`{c}`](#{anchor('error', c)})" for c in _errors_of(p, m.fields, structs, False)],
+        "errors": [
+            f"[`{c}`](#{anchor('error', c)})" for c in _errors_of(p, m.fields, structs, False)
+        ],
         "examples": [
-            {"description": ex.description, "source": ex.source, "json": json.dumps(ex.json, indent=2, ensure_ascii=False)}
+            {
+                "description": ex.description,
+                "source": ex.source,
+                "json": json.dumps(ex.json, indent=2, ensure_ascii=False),
+            }
             for ex in m.examples
         ],
         "decisions": m.decisions + tuple(d for f in m.fields for d in f.decisions),
@@ -634,7 +718,10 @@ def _frame_view(p: Protocol, fr: Frame) -> dict[str, Any]:
         "fields": fr.fields,
         "diagram": _diagram(fr),
         "examples": [
-            {"description": ex.description, "hex": ex.to_bytes(fr)[: fr.payload.offset + 4].hex(" ") + " ..."}
+            {
+                "description": ex.description,
+                "hex": ex.to_bytes(fr)[: fr.payload.offset + 4].hex(" ") + " ...",
+            }
             for ex in fr.examples
         ],
     }

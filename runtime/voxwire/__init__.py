@@ -17,7 +17,7 @@ from pkgutil import extend_path
 # folders in an editable install and one in a wheel: extend_path makes both one package.
 __path__ = extend_path(__path__, __name__)
 
-from voxwire._version import __version__  # noqa: E402
-from voxwire.errors import ProtocolError  # noqa: E402
+from voxwire._version import __version__
+from voxwire.errors import ProtocolError
 
 __all__ = ["ProtocolError", "__version__", "brisvox", "ovp"]

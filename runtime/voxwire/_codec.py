@@ -246,7 +246,9 @@ class JsonCodec:
     def _unknown_tag(self, data: bytes | str, sender: str) -> UnknownMessage:
         message_type = _TYPE_ONLY.decode(data).type
         if message_type in self._all_types:
-            senders = sorted(s for s, types in self._types_by_sender.items() if message_type in types)
+            senders = sorted(
+                s for s, types in self._types_by_sender.items() if message_type in types
+            )
             raise self._error(
                 self._codes.wrong_sender,
                 f"the {sender} may not send it (sent by: {', '.join(senders)})",

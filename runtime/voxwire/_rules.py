@@ -98,10 +98,7 @@ def matches(text: str, pattern: re.Pattern[str]) -> str | None:
 
 def one_of(value: object, allowed: Collection[object]) -> str | None:
     # True == 1 in Python: a boolean only matches a boolean.
-    if isinstance(value, bool):
-        ok = any(option is value for option in allowed)
-    else:
-        ok = value in allowed
+    ok = any(option is value for option in allowed) if isinstance(value, bool) else value in allowed
     return None if ok else f"{value!r} is not one of {', '.join(repr(v) for v in allowed)}"
 
 
@@ -134,7 +131,9 @@ def min_fields(present: Sequence[str], count: int) -> str | None:
     return None if len(present) >= count else f"at least {count} field(s) required, got none"
 
 
-def requires(is_set: bool, other_value: object, expected: object, names: tuple[str, str]) -> str | None:
+def requires(
+    is_set: bool, other_value: object, expected: object, names: tuple[str, str]
+) -> str | None:
     if not is_set or other_value == expected:
         return None
     return f"{names[0]} requires {names[1]} == {expected!r}, got {other_value!r}"

@@ -24,13 +24,13 @@ from pkgutil import extend_path
 # The runtime adds modules of its own to this package (the transports); see voxwire/__init__.py.
 __path__ = extend_path(__path__, __name__)
 
-from voxwire._codec import UnknownMessage  # noqa: E402
-from voxwire.brisvox.codec import (  # noqa: E402
+from voxwire._codec import UnknownMessage
+from voxwire.brisvox.codec import (
     Sender,
     decode,
     encode,
 )
-from voxwire.brisvox.constants import (  # noqa: E402
+from voxwire.brisvox.constants import (
     AGENT_TOKEN_ENV,
     CA_BUNDLE_MAX_BYTES,
     CA_BUNDLE_MAX_CERTIFICATES,
@@ -86,12 +86,12 @@ from voxwire.brisvox.constants import (  # noqa: E402
     SUPPORTED_VERSIONS,
     WRITE_TIMEOUT_MS,
 )
-from voxwire.brisvox.errors import (  # noqa: E402
+from voxwire.brisvox.errors import (
     ERROR_DESCRIPTIONS,
     ErrorCode,
     ProtocolError,
 )
-from voxwire.brisvox.messages import (  # noqa: E402
+from voxwire.brisvox.messages import (
     MESSAGE_TYPES,
     AgentMessage,
     BotLlmStarted,

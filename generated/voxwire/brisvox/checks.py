@@ -99,48 +99,48 @@ from voxwire.brisvox.messages import (
 )
 
 __all__ = [
-    "check_resume_info",
-    "check_call_identity",
-    "check_metrics",
-    "check_token_usage",
-    "check_stage_latency",
-    "check_latency_summary",
-    "check_llm_usage",
-    "check_stt_usage",
-    "check_tts_usage",
-    "check_usage_summary",
-    "check_command_error",
-    "check_tool_declaration",
-    "check_context_message",
-    "check_session_start",
-    "check_session_accept",
-    "check_session_reject",
-    "check_session_end",
-    "check_session_usage",
-    "check_turn_user_started",
-    "check_turn_user_ended",
-    "check_turn_bot_started",
-    "check_turn_bot_ended",
-    "check_turn_interrupted",
-    "check_turn_metrics",
-    "check_user_transcript",
-    "check_user_text",
     "check_bot_llm_started",
-    "check_bot_text",
     "check_bot_llm_stopped",
-    "check_bot_tts_text",
+    "check_bot_text",
     "check_bot_tts_stopped",
+    "check_bot_tts_text",
+    "check_call_identity",
+    "check_command_error",
+    "check_command_result",
+    "check_context_message",
+    "check_context_update",
+    "check_end",
     "check_error_event",
     "check_events_lost",
+    "check_latency_summary",
+    "check_llm_usage",
+    "check_metrics",
+    "check_resume_info",
+    "check_say",
+    "check_session_accept",
+    "check_session_end",
+    "check_session_reject",
+    "check_session_start",
+    "check_session_usage",
+    "check_stage_latency",
+    "check_stt_usage",
+    "check_token_usage",
     "check_tool_call",
     "check_tool_cancel",
+    "check_tool_declaration",
     "check_tool_result",
-    "check_say",
-    "check_end",
-    "check_transfer",
-    "check_context_update",
     "check_tools_set",
-    "check_command_result",
+    "check_transfer",
+    "check_tts_usage",
+    "check_turn_bot_ended",
+    "check_turn_bot_started",
+    "check_turn_interrupted",
+    "check_turn_metrics",
+    "check_turn_user_ended",
+    "check_turn_user_started",
+    "check_usage_summary",
+    "check_user_text",
+    "check_user_transcript",
 ]
 
 _CONTEXT_ROLE_VALUES: Final = frozenset(ContextRole)
@@ -163,7 +163,9 @@ _PATTERN_2: Final = re.compile(r"^\+[0-9]{8,15}$")
 def check_resume_info(
     value: ResumeInfo, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a :class:`ResumeInfo` (``full``: the rules decoding already enforced too)."""
+    """Check the values of a :class:`ResumeInfo`; ``full`` adds the rules decoding enforces
+    itself.
+    """
     if (
         full
         and (problem := min_value(value.attempt, 1) or max_value(value.attempt, JSON_SAFE_INTEGER))
@@ -199,13 +201,15 @@ def check_resume_info(
 def check_call_identity(
     value: CallIdentity, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a :class:`CallIdentity` (``full``: the rules decoding already enforced too)."""
+    """Check the values of a :class:`CallIdentity`; ``full`` adds the rules decoding enforces
+    itself.
+    """
 
 
 def check_metrics(
     value: Metrics, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a :class:`Metrics` (``full``: the rules decoding already enforced too)."""
+    """Check the values of a :class:`Metrics`; ``full`` adds the rules decoding enforces itself."""
     if (
         value.end_of_turn_ms is not UNSET
         and value.end_of_turn_ms is not None
@@ -272,7 +276,9 @@ def check_metrics(
 def check_token_usage(
     value: TokenUsage, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a :class:`TokenUsage` (``full``: the rules decoding already enforced too)."""
+    """Check the values of a :class:`TokenUsage`; ``full`` adds the rules decoding enforces
+    itself.
+    """
     if (
         full
         and (
@@ -320,7 +326,9 @@ def check_token_usage(
 def check_stage_latency(
     value: StageLatency, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a :class:`StageLatency` (``full``: the rules decoding already enforced too)."""
+    """Check the values of a :class:`StageLatency`; ``full`` adds the rules decoding enforces
+    itself.
+    """
     if full and (problem := finite(value.avg_ms) or min_value(value.avg_ms, 0)) is not None:
         raise ProtocolError(
             ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.avg_ms", message_type=message_type
@@ -334,7 +342,9 @@ def check_stage_latency(
 def check_latency_summary(
     value: LatencySummary, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a :class:`LatencySummary` (``full``: the rules decoding already enforced too)."""
+    """Check the values of a :class:`LatencySummary`; ``full`` adds the rules decoding enforces
+    itself.
+    """
     if value.end_of_turn is not UNSET and value.end_of_turn is not None and full:
         check_stage_latency(value.end_of_turn, full, f"{path}.end_of_turn", message_type)
     if value.stt_final is not UNSET and value.stt_final is not None and full:
@@ -350,7 +360,7 @@ def check_latency_summary(
 def check_llm_usage(
     value: LlmUsage, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a :class:`LlmUsage` (``full``: the rules decoding already enforced too)."""
+    """Check the values of a :class:`LlmUsage`; ``full`` adds the rules decoding enforces itself."""
     if (
         full
         and (
@@ -412,7 +422,7 @@ def check_llm_usage(
 def check_stt_usage(
     value: SttUsage, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a :class:`SttUsage` (``full``: the rules decoding already enforced too)."""
+    """Check the values of a :class:`SttUsage`; ``full`` adds the rules decoding enforces itself."""
     if (
         full
         and (problem := finite(value.audio_seconds) or min_value(value.audio_seconds, 0))
@@ -429,7 +439,7 @@ def check_stt_usage(
 def check_tts_usage(
     value: TtsUsage, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a :class:`TtsUsage` (``full``: the rules decoding already enforced too)."""
+    """Check the values of a :class:`TtsUsage`; ``full`` adds the rules decoding enforces itself."""
     if (
         full
         and (
@@ -449,7 +459,9 @@ def check_tts_usage(
 def check_usage_summary(
     value: UsageSummary, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a :class:`UsageSummary` (``full``: the rules decoding already enforced too)."""
+    """Check the values of a :class:`UsageSummary`; ``full`` adds the rules decoding enforces
+    itself.
+    """
     if value.llm is not UNSET and value.llm is not None and full:
         check_llm_usage(value.llm, full, f"{path}.llm", message_type)
     if value.stt is not UNSET and value.stt is not None and full:
@@ -461,13 +473,17 @@ def check_usage_summary(
 def check_command_error(
     value: CommandError, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a :class:`CommandError` (``full``: the rules decoding already enforced too)."""
+    """Check the values of a :class:`CommandError`; ``full`` adds the rules decoding enforces
+    itself.
+    """
 
 
 def check_tool_declaration(
     value: ToolDeclaration, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a :class:`ToolDeclaration` (``full``: the rules decoding already enforced too)."""
+    """Check the values of a :class:`ToolDeclaration`; ``full`` adds the rules decoding enforces
+    itself.
+    """
     if (
         full
         and (
@@ -491,7 +507,7 @@ def check_tool_declaration(
         raise ProtocolError(
             ErrorCode.BAD_MESSAGE,
             found[1],
-            path=f"{path}.parameters" + found[0],
+            path=f"{path}.parameters{found[0]}",
             message_type=message_type,
         )
     if full and (problem := one_of(value.kind, _TOOL_KIND_VALUES)) is not None:
@@ -559,7 +575,9 @@ def check_tool_declaration(
 def check_context_message(
     value: ContextMessage, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a :class:`ContextMessage` (``full``: the rules decoding already enforced too)."""
+    """Check the values of a :class:`ContextMessage`; ``full`` adds the rules decoding enforces
+    itself.
+    """
     if full and (problem := one_of(value.role, _CONTEXT_ROLE_VALUES)) is not None:
         raise ProtocolError(
             ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.role", message_type=message_type
@@ -573,7 +591,7 @@ def check_context_message(
 def check_session_start(
     value: SessionStart, full: bool, path: str = "$", message_type: str | None = "session.start"
 ) -> None:
-    """Check the values of a ``session.start`` (``full``: the rules decoding already enforced too)."""
+    """Check the values of a ``session.start``; ``full`` adds the rules decoding enforces itself."""
     if (
         full
         and (problem := min_value(value.seq, 1) or max_value(value.seq, JSON_SAFE_INTEGER))
@@ -595,9 +613,10 @@ def check_session_start(
             ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.protocol", message_type=message_type
         )
     if full:
-        for index, item in enumerate(value.versions):
+        for index, versions_item in enumerate(value.versions):
             if (
-                problem := min_value(item, -JSON_SAFE_INTEGER) or max_value(item, JSON_SAFE_INTEGER)
+                problem := min_value(versions_item, -JSON_SAFE_INTEGER)
+                or max_value(versions_item, JSON_SAFE_INTEGER)
             ) is not None:
                 raise ProtocolError(
                     ErrorCode.INVALID_ARGUMENT,
@@ -614,7 +633,9 @@ def check_session_start(
 def check_session_accept(
     value: SessionAccept, full: bool, path: str = "$", message_type: str | None = "session.accept"
 ) -> None:
-    """Check the values of a ``session.accept`` (``full``: the rules decoding already enforced too)."""
+    """Check the values of a ``session.accept``; ``full`` adds the rules decoding enforces
+    itself.
+    """
     if (
         full
         and (problem := min_value(value.version, 1) or max_value(value.version, JSON_SAFE_INTEGER))
@@ -631,8 +652,8 @@ def check_session_accept(
         raise ProtocolError(
             ErrorCode.TOO_LARGE, problem, path=f"{path}.tools", message_type=message_type
         )
-    for index, item in enumerate(value.tools):
-        check_tool_declaration(item, full, f"{path}.tools[{index}]", message_type)
+    for index, tools_item in enumerate(value.tools):
+        check_tool_declaration(tools_item, full, f"{path}.tools[{index}]", message_type)
     if (
         value.system_prompt is not UNSET
         and (problem := max_bytes(value.system_prompt, MAX_SYSTEM_PROMPT_BYTES)) is not None
@@ -652,8 +673,8 @@ def check_session_accept(
             ErrorCode.TOO_LARGE, problem, path=f"{path}.context", message_type=message_type
         )
     if value.context is not UNSET:
-        for index, item in enumerate(value.context):
-            check_context_message(item, full, f"{path}.context[{index}]", message_type)
+        for index, context_item in enumerate(value.context):
+            check_context_message(context_item, full, f"{path}.context[{index}]", message_type)
     if (
         value.greeting is not UNSET
         and (problem := not_blank(value.greeting) or max_bytes(value.greeting, MAX_LINE_BYTES))
@@ -663,8 +684,8 @@ def check_session_accept(
             ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.greeting", message_type=message_type
         )
     if value.events is not UNSET and full:
-        for index, item in enumerate(value.events):
-            if (problem := one_of(item, _EVENT_TYPE_VALUES)) is not None:
+        for index, events_item in enumerate(value.events):
+            if (problem := one_of(events_item, _EVENT_TYPE_VALUES)) is not None:
                 raise ProtocolError(
                     ErrorCode.INVALID_ARGUMENT,
                     problem,
@@ -676,13 +697,15 @@ def check_session_accept(
 def check_session_reject(
     value: SessionReject, full: bool, path: str = "$", message_type: str | None = "session.reject"
 ) -> None:
-    """Check the values of a ``session.reject`` (``full``: the rules decoding already enforced too)."""
+    """Check the values of a ``session.reject``; ``full`` adds the rules decoding enforces
+    itself.
+    """
 
 
 def check_session_end(
     value: SessionEnd, full: bool, path: str = "$", message_type: str | None = "session.end"
 ) -> None:
-    """Check the values of a ``session.end`` (``full``: the rules decoding already enforced too)."""
+    """Check the values of a ``session.end``; ``full`` adds the rules decoding enforces itself."""
     if (
         full
         and (problem := min_value(value.seq, 1) or max_value(value.seq, JSON_SAFE_INTEGER))
@@ -704,7 +727,7 @@ def check_session_end(
 def check_session_usage(
     value: SessionUsage, full: bool, path: str = "$", message_type: str | None = "session.usage"
 ) -> None:
-    """Check the values of a ``session.usage`` (``full``: the rules decoding already enforced too)."""
+    """Check the values of a ``session.usage``; ``full`` adds the rules decoding enforces itself."""
     if (
         full
         and (problem := min_value(value.seq, 1) or max_value(value.seq, JSON_SAFE_INTEGER))
@@ -769,7 +792,9 @@ def check_turn_user_started(
     path: str = "$",
     message_type: str | None = "turn.user_started",
 ) -> None:
-    """Check the values of a ``turn.user_started`` (``full``: the rules decoding already enforced too)."""
+    """Check the values of a ``turn.user_started``; ``full`` adds the rules decoding enforces
+    itself.
+    """
     if (
         full
         and (problem := min_value(value.seq, 1) or max_value(value.seq, JSON_SAFE_INTEGER))
@@ -799,7 +824,9 @@ def check_turn_user_started(
 def check_turn_user_ended(
     value: TurnUserEnded, full: bool, path: str = "$", message_type: str | None = "turn.user_ended"
 ) -> None:
-    """Check the values of a ``turn.user_ended`` (``full``: the rules decoding already enforced too)."""
+    """Check the values of a ``turn.user_ended``; ``full`` adds the rules decoding enforces
+    itself.
+    """
     if (
         full
         and (problem := min_value(value.seq, 1) or max_value(value.seq, JSON_SAFE_INTEGER))
@@ -832,7 +859,9 @@ def check_turn_bot_started(
     path: str = "$",
     message_type: str | None = "turn.bot_started",
 ) -> None:
-    """Check the values of a ``turn.bot_started`` (``full``: the rules decoding already enforced too)."""
+    """Check the values of a ``turn.bot_started``; ``full`` adds the rules decoding enforces
+    itself.
+    """
     if (
         full
         and (problem := min_value(value.seq, 1) or max_value(value.seq, JSON_SAFE_INTEGER))
@@ -862,7 +891,9 @@ def check_turn_bot_started(
 def check_turn_bot_ended(
     value: TurnBotEnded, full: bool, path: str = "$", message_type: str | None = "turn.bot_ended"
 ) -> None:
-    """Check the values of a ``turn.bot_ended`` (``full``: the rules decoding already enforced too)."""
+    """Check the values of a ``turn.bot_ended``; ``full`` adds the rules decoding enforces
+    itself.
+    """
     if (
         full
         and (problem := min_value(value.seq, 1) or max_value(value.seq, JSON_SAFE_INTEGER))
@@ -895,7 +926,9 @@ def check_turn_interrupted(
     path: str = "$",
     message_type: str | None = "turn.interrupted",
 ) -> None:
-    """Check the values of a ``turn.interrupted`` (``full``: the rules decoding already enforced too)."""
+    """Check the values of a ``turn.interrupted``; ``full`` adds the rules decoding enforces
+    itself.
+    """
     if (
         full
         and (problem := min_value(value.seq, 1) or max_value(value.seq, JSON_SAFE_INTEGER))
@@ -925,7 +958,7 @@ def check_turn_interrupted(
 def check_turn_metrics(
     value: TurnMetrics, full: bool, path: str = "$", message_type: str | None = "turn.metrics"
 ) -> None:
-    """Check the values of a ``turn.metrics`` (``full``: the rules decoding already enforced too)."""
+    """Check the values of a ``turn.metrics``; ``full`` adds the rules decoding enforces itself."""
     if (
         full
         and (problem := min_value(value.seq, 1) or max_value(value.seq, JSON_SAFE_INTEGER))
@@ -957,7 +990,9 @@ def check_turn_metrics(
 def check_user_transcript(
     value: UserTranscript, full: bool, path: str = "$", message_type: str | None = "user.transcript"
 ) -> None:
-    """Check the values of a ``user.transcript`` (``full``: the rules decoding already enforced too)."""
+    """Check the values of a ``user.transcript``; ``full`` adds the rules decoding enforces
+    itself.
+    """
     if (
         full
         and (problem := min_value(value.seq, 1) or max_value(value.seq, JSON_SAFE_INTEGER))
@@ -979,7 +1014,7 @@ def check_user_transcript(
 def check_user_text(
     value: UserText, full: bool, path: str = "$", message_type: str | None = "user.text"
 ) -> None:
-    """Check the values of a ``user.text`` (``full``: the rules decoding already enforced too)."""
+    """Check the values of a ``user.text``; ``full`` adds the rules decoding enforces itself."""
     if (
         full
         and (problem := min_value(value.seq, 1) or max_value(value.seq, JSON_SAFE_INTEGER))
@@ -1009,7 +1044,9 @@ def check_user_text(
 def check_bot_llm_started(
     value: BotLlmStarted, full: bool, path: str = "$", message_type: str | None = "bot.llm_started"
 ) -> None:
-    """Check the values of a ``bot.llm_started`` (``full``: the rules decoding already enforced too)."""
+    """Check the values of a ``bot.llm_started``; ``full`` adds the rules decoding enforces
+    itself.
+    """
     if (
         full
         and (problem := min_value(value.seq, 1) or max_value(value.seq, JSON_SAFE_INTEGER))
@@ -1039,7 +1076,7 @@ def check_bot_llm_started(
 def check_bot_text(
     value: BotText, full: bool, path: str = "$", message_type: str | None = "bot.text"
 ) -> None:
-    """Check the values of a ``bot.text`` (``full``: the rules decoding already enforced too)."""
+    """Check the values of a ``bot.text``; ``full`` adds the rules decoding enforces itself."""
     if (
         full
         and (problem := min_value(value.seq, 1) or max_value(value.seq, JSON_SAFE_INTEGER))
@@ -1069,7 +1106,9 @@ def check_bot_text(
 def check_bot_llm_stopped(
     value: BotLlmStopped, full: bool, path: str = "$", message_type: str | None = "bot.llm_stopped"
 ) -> None:
-    """Check the values of a ``bot.llm_stopped`` (``full``: the rules decoding already enforced too)."""
+    """Check the values of a ``bot.llm_stopped``; ``full`` adds the rules decoding enforces
+    itself.
+    """
     if (
         full
         and (problem := min_value(value.seq, 1) or max_value(value.seq, JSON_SAFE_INTEGER))
@@ -1101,7 +1140,7 @@ def check_bot_llm_stopped(
 def check_bot_tts_text(
     value: BotTtsText, full: bool, path: str = "$", message_type: str | None = "bot.tts_text"
 ) -> None:
-    """Check the values of a ``bot.tts_text`` (``full``: the rules decoding already enforced too)."""
+    """Check the values of a ``bot.tts_text``; ``full`` adds the rules decoding enforces itself."""
     if (
         full
         and (problem := min_value(value.seq, 1) or max_value(value.seq, JSON_SAFE_INTEGER))
@@ -1131,7 +1170,9 @@ def check_bot_tts_text(
 def check_bot_tts_stopped(
     value: BotTtsStopped, full: bool, path: str = "$", message_type: str | None = "bot.tts_stopped"
 ) -> None:
-    """Check the values of a ``bot.tts_stopped`` (``full``: the rules decoding already enforced too)."""
+    """Check the values of a ``bot.tts_stopped``; ``full`` adds the rules decoding enforces
+    itself.
+    """
     if (
         full
         and (problem := min_value(value.seq, 1) or max_value(value.seq, JSON_SAFE_INTEGER))
@@ -1161,7 +1202,7 @@ def check_bot_tts_stopped(
 def check_error_event(
     value: ErrorEvent, full: bool, path: str = "$", message_type: str | None = "error"
 ) -> None:
-    """Check the values of a ``error`` (``full``: the rules decoding already enforced too)."""
+    """Check the values of a ``error``; ``full`` adds the rules decoding enforces itself."""
     if (
         full
         and (problem := min_value(value.seq, 1) or max_value(value.seq, JSON_SAFE_INTEGER))
@@ -1183,7 +1224,7 @@ def check_error_event(
 def check_events_lost(
     value: EventsLost, full: bool, path: str = "$", message_type: str | None = "events.lost"
 ) -> None:
-    """Check the values of a ``events.lost`` (``full``: the rules decoding already enforced too)."""
+    """Check the values of a ``events.lost``; ``full`` adds the rules decoding enforces itself."""
     if (
         full
         and (problem := min_value(value.seq, 1) or max_value(value.seq, JSON_SAFE_INTEGER))
@@ -1213,7 +1254,7 @@ def check_events_lost(
 def check_tool_call(
     value: ToolCall, full: bool, path: str = "$", message_type: str | None = "tool.call"
 ) -> None:
-    """Check the values of a ``tool.call`` (``full``: the rules decoding already enforced too)."""
+    """Check the values of a ``tool.call``; ``full`` adds the rules decoding enforces itself."""
     if (
         full
         and (problem := min_value(value.seq, 1) or max_value(value.seq, JSON_SAFE_INTEGER))
@@ -1242,7 +1283,7 @@ def check_tool_call(
         raise ProtocolError(
             ErrorCode.BAD_MESSAGE,
             found[1],
-            path=f"{path}.arguments" + found[0],
+            path=f"{path}.arguments{found[0]}",
             message_type=message_type,
         )
     if full and (problem := one_of(value.kind, _TOOL_KIND_VALUES)) is not None:
@@ -1291,7 +1332,7 @@ def check_tool_call(
 def check_tool_cancel(
     value: ToolCancel, full: bool, path: str = "$", message_type: str | None = "tool.cancel"
 ) -> None:
-    """Check the values of a ``tool.cancel`` (``full``: the rules decoding already enforced too)."""
+    """Check the values of a ``tool.cancel``; ``full`` adds the rules decoding enforces itself."""
     if (
         full
         and (problem := min_value(value.seq, 1) or max_value(value.seq, JSON_SAFE_INTEGER))
@@ -1325,7 +1366,7 @@ def check_tool_cancel(
 def check_tool_result(
     value: ToolResult, full: bool, path: str = "$", message_type: str | None = "tool.result"
 ) -> None:
-    """Check the values of a ``tool.result`` (``full``: the rules decoding already enforced too)."""
+    """Check the values of a ``tool.result``; ``full`` adds the rules decoding enforces itself."""
     if (
         full
         and (problem := min_value(value.id, 0) or max_value(value.id, JSON_SAFE_INTEGER))
@@ -1343,7 +1384,7 @@ def check_tool_result(
         raise ProtocolError(
             ErrorCode.BAD_MESSAGE,
             found[1],
-            path=f"{path}.result" + found[0],
+            path=f"{path}.result{found[0]}",
             message_type=message_type,
         )
     if (
@@ -1367,7 +1408,7 @@ def check_tool_result(
 
 
 def check_say(value: Say, full: bool, path: str = "$", message_type: str | None = "say") -> None:
-    """Check the values of a ``say`` (``full``: the rules decoding already enforced too)."""
+    """Check the values of a ``say``; ``full`` adds the rules decoding enforces itself."""
     if (
         value.id is not UNSET
         and (problem := min_bytes(value.id, 1) or max_bytes(value.id, MAX_COMMAND_ID_BYTES))
@@ -1392,7 +1433,7 @@ def check_say(value: Say, full: bool, path: str = "$", message_type: str | None 
 
 
 def check_end(value: End, full: bool, path: str = "$", message_type: str | None = "end") -> None:
-    """Check the values of a ``end`` (``full``: the rules decoding already enforced too)."""
+    """Check the values of a ``end``; ``full`` adds the rules decoding enforces itself."""
     if (
         value.id is not UNSET
         and (problem := min_bytes(value.id, 1) or max_bytes(value.id, MAX_COMMAND_ID_BYTES))
@@ -1429,7 +1470,7 @@ def check_end(value: End, full: bool, path: str = "$", message_type: str | None 
 def check_transfer(
     value: Transfer, full: bool, path: str = "$", message_type: str | None = "transfer"
 ) -> None:
-    """Check the values of a ``transfer`` (``full``: the rules decoding already enforced too)."""
+    """Check the values of a ``transfer``; ``full`` adds the rules decoding enforces itself."""
     if (
         value.id is not UNSET
         and (problem := min_bytes(value.id, 1) or max_bytes(value.id, MAX_COMMAND_ID_BYTES))
@@ -1477,7 +1518,9 @@ def check_transfer(
 def check_context_update(
     value: ContextUpdate, full: bool, path: str = "$", message_type: str | None = "context.update"
 ) -> None:
-    """Check the values of a ``context.update`` (``full``: the rules decoding already enforced too)."""
+    """Check the values of a ``context.update``; ``full`` adds the rules decoding enforces
+    itself.
+    """
     if (
         value.id is not UNSET
         and (problem := min_bytes(value.id, 1) or max_bytes(value.id, MAX_COMMAND_ID_BYTES))
@@ -1514,14 +1557,14 @@ def check_context_update(
             ErrorCode.TOO_LARGE, problem, path=f"{path}.append", message_type=message_type
         )
     if value.append is not UNSET:
-        for index, item in enumerate(value.append):
-            check_context_message(item, full, f"{path}.append[{index}]", message_type)
+        for index, append_item in enumerate(value.append):
+            check_context_message(append_item, full, f"{path}.append[{index}]", message_type)
 
 
 def check_tools_set(
     value: ToolsSet, full: bool, path: str = "$", message_type: str | None = "tools.set"
 ) -> None:
-    """Check the values of a ``tools.set`` (``full``: the rules decoding already enforced too)."""
+    """Check the values of a ``tools.set``; ``full`` adds the rules decoding enforces itself."""
     if (
         value.id is not UNSET
         and (problem := min_bytes(value.id, 1) or max_bytes(value.id, MAX_COMMAND_ID_BYTES))
@@ -1552,7 +1595,9 @@ def check_tools_set(
 def check_command_result(
     value: CommandResult, full: bool, path: str = "$", message_type: str | None = "command.result"
 ) -> None:
-    """Check the values of a ``command.result`` (``full``: the rules decoding already enforced too)."""
+    """Check the values of a ``command.result``; ``full`` adds the rules decoding enforces
+    itself.
+    """
     if (
         full
         and (problem := min_value(value.seq, 1) or max_value(value.seq, JSON_SAFE_INTEGER))

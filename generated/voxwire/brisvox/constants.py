@@ -68,8 +68,8 @@ __all__ = [
 # Limits
 
 MAX_MESSAGE_BYTES: Final = 65536
-"""Largest message in either direction, in UTF-8 bytes of the JSON text. The server closes a
-link that sends a larger one.
+"""Largest message in either direction, in UTF-8 bytes of the JSON text. The server closes a link
+that sends a larger one.
 
 Unit: bytes. Enforced by: both. Source: brisvox-agent-protocol-v1.txt, Transport and
 connection; SDK MAX_MESSAGE_BYTES.
@@ -141,8 +141,8 @@ MAX_WAITING_LINES: Final = 8
 """Most bot lines waiting per call while the user speaks or a response runs; a further say is
 answered queue_full.
 
-Unit: items. Enforced by: server. Source: brisvox-agent-protocol-v1.txt, How the commands
-act on the call.
+Unit: items. Enforced by: server. Source: brisvox-agent-protocol-v1.txt, How the commands act
+on the call.
 """
 
 MAX_WAITING_TOOL_CALLS: Final = 32
@@ -161,28 +161,25 @@ Unit: characters. Enforced by: server to agent. Source: SDK ToolContext docstrin
 MIN_E164_DIGITS: Final = 8
 """Fewest digits after the + of a transfer destination.
 
-Unit: characters. Enforced by: agent to server. Source: SDK validate_phone_number (notes
-D.3).
+Unit: characters. Enforced by: agent to server. Source: SDK validate_phone_number (notes D.3).
 """
 
 MAX_E164_DIGITS: Final = 15
 """Most digits after the + of a transfer destination.
 
-Unit: characters. Enforced by: agent to server. Source: SDK validate_phone_number (notes
-D.3).
+Unit: characters. Enforced by: agent to server. Source: SDK validate_phone_number (notes D.3).
 """
 
 MAX_SIP_USER_PART_LENGTH: Final = 64
-"""Longest SIP user part the server passes on as call.from or call.to (made of 0-9 A-Z a-z + *
-# . _ -); a longer or other one is left out.
+"""Longest SIP user part the server passes on as call.from or call.to (made of 0-9 A-Z a-z + * #
+. _ -); a longer or other one is left out.
 
-Unit: characters. Enforced by: server. Source: brisvox-agent-protocol-v1.txt, Caller
-identity.
+Unit: characters. Enforced by: server. Source: brisvox-agent-protocol-v1.txt, Caller identity.
 """
 
 SDK_EVENT_QUEUE: Final = 1024
-"""The SDK's per-call queue of events waiting for their handlers; on overflow the newest event
-is dropped and counted in a synthetic events.lost. An SDK setting, not the protocol's.
+"""The SDK's per-call queue of events waiting for their handlers; on overflow the newest event is
+dropped and counted in a synthetic events.lost. An SDK setting, not the protocol's.
 
 Unit: items. Enforced by: SDK (agent). Source: SDK (notes C, E.4).
 """
@@ -220,17 +217,17 @@ Unit: ms. Enforced by: server. Source: SDK docstring (notes A.2, F.9).
 CONNECT_TIMEOUT_MS: Final = 2000
 """The server's bound on connecting to the agent.
 
-Unit: ms. Enforced by: server. Source: brisvox-agent-protocol-v1.txt, Version negotiation
-and handshake.
+Unit: ms. Enforced by: server. Source: brisvox-agent-protocol-v1.txt, Version negotiation and
+handshake.
 """
 
 HANDSHAKE_TIMEOUT_MS: Final = 2000
-"""The server's bound on the handshake, counted from the connection: the session.start write
-and the agent's answer together. With connect_timeout_ms the caller hears at most 4 s of
-silence before the call starts without the agent.
+"""The server's bound on the handshake, counted from the connection: the session.start write and
+the agent's answer together. With connect_timeout_ms the caller hears at most 4 s of silence
+before the call starts without the agent.
 
-Unit: ms. Enforced by: server. Source: brisvox-agent-protocol-v1.txt, Version negotiation
-and handshake.
+Unit: ms. Enforced by: server. Source: brisvox-agent-protocol-v1.txt, Version negotiation and
+handshake.
 """
 
 PING_INTERVAL_MS: Final = 10000
@@ -251,8 +248,7 @@ connection.
 WRITE_TIMEOUT_MS: Final = 2000
 """The server's bound on one write; a slower write takes the link down.
 
-Unit: ms. Enforced by: server. Source: brisvox-agent-protocol-v1.txt, Backpressure and
-bounds.
+Unit: ms. Enforced by: server. Source: brisvox-agent-protocol-v1.txt, Backpressure and bounds.
 """
 
 CLOSE_TIMEOUT_MS: Final = 1000
@@ -262,9 +258,9 @@ Unit: ms. Enforced by: server. Source: brisvox-agent-protocol-v1.txt, Failure an
 """
 
 SIDE_EFFECT_WAIT_MS: Final = 60000
-"""How long the link keeps waiting for a side_effect tool's result after its timeout_ms; a
-result in that time reaches the conversation as a late note, after it the outcome is
-recorded as unknown.
+"""How long the link keeps waiting for a side_effect tool's result after its timeout_ms; a result
+in that time reaches the conversation as a late note, after it the outcome is recorded as
+unknown.
 
 Unit: ms. Enforced by: server. Source: brisvox-agent-protocol-v1.txt, Remote tools.
 """
@@ -295,8 +291,8 @@ Unit: ms. Enforced by: server. Source: brisvox-agent-protocol-v1.txt, Reconnecti
 """
 
 RECONNECT_BACKOFF_FACTOR: Final = (0.5, 1)
-"""Range of the stable random factor each call's backoff is scaled by, so the calls of a
-crashed agent do not return in the same instant.
+"""Range of the stable random factor each call's backoff is scaled by, so the calls of a crashed
+agent do not return in the same instant.
 
 Unit: factor. Enforced by: server. Source: brisvox-agent-protocol-v1.txt, Reconnecting.
 """
@@ -322,8 +318,8 @@ Unit: ms. Enforced by: server. Source: brisvox-agent-protocol-v1.txt, Reconnecti
 """
 
 START_MESSAGE_WAIT_MS: Final = 1000
-"""With routes configured or caller identity opted in, how long a call waits for its
-transport's start message before it links to the agent.
+"""With routes configured or caller identity opted in, how long a call waits for its transport's
+start message before it links to the agent.
 
 Unit: ms. Enforced by: server. Source: brisvox-agent-protocol-v1.txt, Routing; Caller
 identity.
@@ -344,8 +340,8 @@ Unit: ms. Enforced by: SDK (agent). Source: SDK (notes C).
 """
 
 SDK_COMMAND_TIMEOUT_MS: Final = 10000
-"""How long the SDK waits for a command.result (end waits 35 s more, transfer 50 s more);
-running out raises CommandTimeout with code outcome_unknown. An SDK setting.
+"""How long the SDK waits for a command.result (end waits 35 s more, transfer 50 s more); running
+out raises CommandTimeout with code outcome_unknown. An SDK setting.
 
 Unit: ms. Enforced by: SDK (agent). Source: SDK (notes C, E.7).
 """
@@ -382,9 +378,9 @@ SUPPORTED_VERSIONS.
 # Security
 
 CA_BUNDLE_MAX_CERTIFICATES: Final = 16
-"""Most certificates in the private CA bundle that BRISVOX_AGENT_TLS_CA names; it is added to
-the webpki roots for every wss:// agent URL. A missing, empty or malformed file fails the
-server's startup.
+"""Most certificates in the private CA bundle that BRISVOX_AGENT_TLS_CA names; it is added to the
+webpki roots for every wss:// agent URL. A missing, empty or malformed file fails the server's
+startup.
 
 Unit: count. Environment: ``BRISVOX_AGENT_TLS_CA``. Enforced by: server. Source:
 brisvox-agent-protocol-v1.txt, Transport and connection.
@@ -402,8 +398,7 @@ AGENT_TOKEN_ENV: Final = "BRISVOX_AGENT_TOKEN"
 Bearer <token>, the SDK's agent reads it to check the header (unset or empty means no
 authentication).
 
-Enforced by: both. Source: brisvox-agent-protocol-v1.txt, Transport and connection; notes
-E.1.
+Enforced by: both. Source: brisvox-agent-protocol-v1.txt, Transport and connection; notes E.1.
 """
 
 PLAINTEXT_IPV4: Final = (
@@ -413,7 +408,7 @@ PLAINTEXT_IPV4: Final = (
     "192.168.0.0/16",
     "169.254.0.0/16",
 )
-"""IPv4 networks a plaintext ws:// URL may name (IPv4-mapped IPv6 counts by its IPv4 part)."""
+"""IPv4 networks a plaintext ws:// URL may name (an IPv4-mapped IPv6 counts too)."""
 
 PLAINTEXT_IPV6: Final = ("::1/128", "fc00::/7", "fe80::/10")
 """IPv6 networks a plaintext ws:// URL may name."""

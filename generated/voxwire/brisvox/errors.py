@@ -18,17 +18,17 @@ class ErrorCode(StrEnum):
     """The error codes of the Brisvox agent protocol."""
 
     BAD_MESSAGE = "bad_message"
-    """The message is not JSON, not an object, has no string type, lacks a required field or has a
-    field of the wrong JSON type. Also the SDK's code for an unreadable server message and its
-    fallback when ok is false without an error object.
+    """The message is not JSON, not an object, has no string type, lacks a required field or has
+    a field of the wrong JSON type. Also the SDK's code for an unreadable server message and
+    its fallback when ok is false without an error object.
     """
 
     UNKNOWN_TYPE = "unknown_type"
     """A type this version of the protocol does not know."""
 
     INVALID_ARGUMENT = "invalid_argument"
-    """A value breaks a rule: an empty or too long text, a bad phone number, a bad role or mode, a
-    command id of the wrong length.
+    """A value breaks a rule: an empty or too long text, a bad phone number, a bad role or mode,
+    a command id of the wrong length.
     """
 
     TOO_LARGE = "too_large"
@@ -37,8 +37,8 @@ class ErrorCode(StrEnum):
     """
 
     QUEUE_FULL = "queue_full"
-    """The call's input queue is full, for example a say past the max_waiting_lines waiting lines;
-    retry later.
+    """The call's input queue is full, for example a say past the max_waiting_lines waiting
+    lines; retry later.
     """
 
     UNSUPPORTED = "unsupported"
@@ -62,33 +62,61 @@ class ErrorCode(StrEnum):
 
     OUTCOME_UNKNOWN = "outcome_unknown"
     """The transfer may or may not have started (a timeout). Do not repeat it blindly: repeat it
-    only with the same id, whose carrier idempotency key is the same. Also the code of the SDK's
-    CommandTimeout.
+    only with the same id, whose carrier idempotency key is the same. Also the code of the
+    SDK's CommandTimeout.
     """
 
     UNSUPPORTED_VERSION = "unsupported_version"
     """The agent speaks none of the versions session.start offers."""
 
     UNKNOWN_SESSION = "unknown_session"
-    """The agent does not know the call a resuming session.start names: it restarted, or the parked
-    call expired.
+    """The agent does not know the call a resuming session.start names: it restarted, or the
+    parked call expired.
     """
 
 
 ERROR_DESCRIPTIONS: Final[dict[ErrorCode, str]] = {
-    ErrorCode.BAD_MESSAGE: "The message is not JSON, not an object, has no string type, lacks a required field or has a field of the wrong JSON type. Also the SDK's code for an unreadable server message and its fallback when ok is false without an error object.",
-    ErrorCode.UNKNOWN_TYPE: "A type this version of the protocol does not know.",
-    ErrorCode.INVALID_ARGUMENT: "A value breaks a rule: an empty or too long text, a bad phone number, a bad role or mode, a command id of the wrong length.",
-    ErrorCode.TOO_LARGE: "A count bound was hit (more than max_context_messages messages in one context.update, too many tool names, more than max_tools tools), or a message is over max_message_bytes.",
-    ErrorCode.QUEUE_FULL: "The call's input queue is full, for example a say past the max_waiting_lines waiting lines; retry later.",
-    ErrorCode.UNSUPPORTED: "The call cannot do this, for example a transfer on a call without call control (capabilities.transfer false).",
-    ErrorCode.CALL_ENDED: "The call is over; the command was not applied.",
-    ErrorCode.NOT_READY: "A handshake message (session.accept or session.reject) sent after the handshake.",
-    ErrorCode.REJECTED: "The carrier refused the transfer; nothing changed.",
-    ErrorCode.UNAVAILABLE: "The carrier could not be reached and nothing changed (transfer); in session.reject, the agent cannot take the call (too many calls, an error or timeout in its session start).",
-    ErrorCode.OUTCOME_UNKNOWN: "The transfer may or may not have started (a timeout). Do not repeat it blindly: repeat it only with the same id, whose carrier idempotency key is the same. Also the code of the SDK's CommandTimeout.",
-    ErrorCode.UNSUPPORTED_VERSION: "The agent speaks none of the versions session.start offers.",
-    ErrorCode.UNKNOWN_SESSION: "The agent does not know the call a resuming session.start names: it restarted, or the parked call expired.",
+    ErrorCode.BAD_MESSAGE: (
+        "The message is not JSON, not an object, has no string type, lacks a required field or "
+        "has a field of the wrong JSON type. Also the SDK's code for an unreadable server message"
+        " and its fallback when ok is false without an error object."
+    ),
+    ErrorCode.UNKNOWN_TYPE: ("A type this version of the protocol does not know."),
+    ErrorCode.INVALID_ARGUMENT: (
+        "A value breaks a rule: an empty or too long text, a bad phone number, a bad role or "
+        "mode, a command id of the wrong length."
+    ),
+    ErrorCode.TOO_LARGE: (
+        "A count bound was hit (more than max_context_messages messages in one context.update, "
+        "too many tool names, more than max_tools tools), or a message is over max_message_bytes."
+    ),
+    ErrorCode.QUEUE_FULL: (
+        "The call's input queue is full, for example a say past the max_waiting_lines waiting "
+        "lines; retry later."
+    ),
+    ErrorCode.UNSUPPORTED: (
+        "The call cannot do this, for example a transfer on a call without call control "
+        "(capabilities.transfer false)."
+    ),
+    ErrorCode.CALL_ENDED: ("The call is over; the command was not applied."),
+    ErrorCode.NOT_READY: (
+        "A handshake message (session.accept or session.reject) sent after the handshake."
+    ),
+    ErrorCode.REJECTED: ("The carrier refused the transfer; nothing changed."),
+    ErrorCode.UNAVAILABLE: (
+        "The carrier could not be reached and nothing changed (transfer); in session.reject, the "
+        "agent cannot take the call (too many calls, an error or timeout in its session start)."
+    ),
+    ErrorCode.OUTCOME_UNKNOWN: (
+        "The transfer may or may not have started (a timeout). Do not repeat it blindly: repeat "
+        "it only with the same id, whose carrier idempotency key is the same. Also the code of "
+        "the SDK's CommandTimeout."
+    ),
+    ErrorCode.UNSUPPORTED_VERSION: ("The agent speaks none of the versions session.start offers."),
+    ErrorCode.UNKNOWN_SESSION: (
+        "The agent does not know the call a resuming session.start names: it restarted, or the "
+        "parked call expired."
+    ),
 }
 """What each code means, as the spec says it."""
 

@@ -5,8 +5,8 @@
 """Messages of the Brisvox agent protocol 1, one msgspec Struct each.
 
 Each class is tagged with its wire ``type`` (readable as ``message.type``), takes keyword
-arguments only, and leaves out of the wire what is absent (``UNSET``) or equal to its
-default. The unions name what each sender may send.
+arguments only, and leaves out of the wire what is absent (``UNSET``) or equal to its default.
+The unions name what each sender may send.
 """
 
 from __future__ import annotations
@@ -98,8 +98,8 @@ class ToolKind(StrEnum):
     """
 
     SIDE_EFFECT = "side_effect"
-    """Changes something. Never speculative and never run twice for one call id; at timeout_ms the
-    LLM gets a timeout but the link keeps waiting up to side_effect_wait_ms.
+    """Changes something. Never speculative and never run twice for one call id; at timeout_ms
+    the LLM gets a timeout but the link keeps waiting up to side_effect_wait_ms.
     """
 
 
@@ -156,8 +156,8 @@ class SessionEndReason(StrEnum):
 
 
 class RejectCode(StrEnum):
-    """Why the agent does not take a call (session.reject.code). Open: the application may send any
-    string, and the server only logs it.
+    """Why the agent does not take a call (session.reject.code). Open: the application may send
+    any string, and the server only logs it.
 
     An open set: these are the known values; any string is accepted.
     """
@@ -169,8 +169,8 @@ class RejectCode(StrEnum):
     """A resumption of a call the agent does not know (it restarted, or the parked call expired)."""
 
     UNAVAILABLE = "unavailable"
-    """The agent cannot take the call now (too many calls, an error or timeout while starting it);
-    the SDK's default.
+    """The agent cannot take the call now (too many calls, an error or timeout while starting
+    it); the SDK's default.
     """
 
 
@@ -290,8 +290,8 @@ class ResumeInfo(Object, kw_only=True):
 class CallIdentity(Object, kw_only=True):
     """Who is on the line (session.start.call): sent only for a telephony call whose agent
     definition opted in, on resumptions too. Caller ID can be spoofed and the numbers are
-    personal data: treat them as an untrusted hint, never put them unquoted into an LLM prompt,
-    and keep them out of logs.
+    personal data: treat them as an untrusted hint, never put them unquoted into an LLM
+    prompt, and keep them out of logs.
     """
 
     carrier: str
@@ -302,13 +302,13 @@ class CallIdentity(Object, kw_only=True):
     Without one the server sends no call at all.
     """
 
-    from_: str | None | UnsetType = msgspec.field(name="from", default=UNSET)
-    """The caller's number (on an outbound call, the number the call is placed from). For SIP, the
-    From header's user part, passed on only when it is 1 to max_sip_user_part_length characters
-    of 0-9 A-Z a-z + * # . _ -. Absent (or null) when unknown or redacted.
+    from_: str | UnsetType | None = msgspec.field(name="from", default=UNSET)
+    """The caller's number (on an outbound call, the number the call is placed from). For SIP,
+    the From header's user part, passed on only when it is 1 to max_sip_user_part_length
+    characters of 0-9 A-Z a-z + * # . _ -. Absent (or null) when unknown or redacted.
     """
 
-    to: str | None | UnsetType = UNSET
+    to: str | UnsetType | None = UNSET
     """The called number, with the same rules as from."""
 
     pii_redacted: bool = False
@@ -318,23 +318,23 @@ class CallIdentity(Object, kw_only=True):
 
 
 class Metrics(Object, kw_only=True):
-    """Latencies of one turn in milliseconds (turn.metrics.metrics); a value is absent or null when
-    unknown.
+    """Latencies of one turn in milliseconds (turn.metrics.metrics); a value is absent or null
+    when unknown.
     """
 
-    end_of_turn_ms: Annotated[float, Meta(ge=0)] | None | UnsetType = UNSET
+    end_of_turn_ms: Annotated[float, Meta(ge=0)] | UnsetType | None = UNSET
     """From the end of the user's speech to the end-of-turn decision."""
 
-    stt_final_ms: Annotated[float, Meta(ge=0)] | None | UnsetType = UNSET
+    stt_final_ms: Annotated[float, Meta(ge=0)] | UnsetType | None = UNSET
     """Time to the STT's final transcript."""
 
-    llm_ttft_ms: Annotated[float, Meta(ge=0)] | None | UnsetType = UNSET
+    llm_ttft_ms: Annotated[float, Meta(ge=0)] | UnsetType | None = UNSET
     """Time to the LLM's first token."""
 
-    tts_ttfb_ms: Annotated[float, Meta(ge=0)] | None | UnsetType = UNSET
+    tts_ttfb_ms: Annotated[float, Meta(ge=0)] | UnsetType | None = UNSET
     """Time to the TTS's first audio byte."""
 
-    response_ms: Annotated[float, Meta(ge=0)] | None | UnsetType = UNSET
+    response_ms: Annotated[float, Meta(ge=0)] | UnsetType | None = UNSET
     """From the end of the user's turn to the bot's first audio."""
 
 
@@ -366,25 +366,25 @@ class StageLatency(Object, kw_only=True):
 class LatencySummary(Object, kw_only=True):
     """The per-call latency stages of session.usage; a stage no turn had is absent or null."""
 
-    end_of_turn: StageLatency | None | UnsetType = UNSET
+    end_of_turn: StageLatency | UnsetType | None = UNSET
     """End-of-turn detection."""
 
-    stt_final: StageLatency | None | UnsetType = UNSET
+    stt_final: StageLatency | UnsetType | None = UNSET
     """The STT's final transcript."""
 
-    llm_ttft: StageLatency | None | UnsetType = UNSET
+    llm_ttft: StageLatency | UnsetType | None = UNSET
     """The LLM's time to first token."""
 
-    tts_ttfb: StageLatency | None | UnsetType = UNSET
+    tts_ttfb: StageLatency | UnsetType | None = UNSET
     """The TTS's time to first byte."""
 
-    response: StageLatency | None | UnsetType = UNSET
+    response: StageLatency | UnsetType | None = UNSET
     """The whole response time."""
 
 
 class LlmUsage(Object, kw_only=True):
-    """What the LLM provider counted in a call, discarded speculative responses included. Provider
-    units, not money.
+    """What the LLM provider counted in a call, discarded speculative responses included.
+    Provider units, not money.
     """
 
     provider: str
@@ -433,17 +433,17 @@ class TtsUsage(Object, kw_only=True):
 
 
 class UsageSummary(Object, kw_only=True):
-    """The provider units of a call; a part is absent or null when the call did not run that stage
-    (a speech-to-speech call has no separate STT, LLM or TTS).
+    """The provider units of a call; a part is absent or null when the call did not run that
+    stage (a speech-to-speech call has no separate STT, LLM or TTS).
     """
 
-    llm: LlmUsage | None | UnsetType = UNSET
+    llm: LlmUsage | UnsetType | None = UNSET
     """The LLM's usage."""
 
-    stt: SttUsage | None | UnsetType = UNSET
+    stt: SttUsage | UnsetType | None = UNSET
     """The STT's usage."""
 
-    tts: TtsUsage | None | UnsetType = UNSET
+    tts: TtsUsage | UnsetType | None = UNSET
     """The TTS's usage."""
 
 
@@ -493,8 +493,8 @@ class ToolDeclaration(Object, kw_only=True):
     """
 
     confirm: bool = False
-    """A prompt-injection guard (side_effect tools only): the model's call is held, the model gets
-    confirmation_required, and tool.call is sent only when the model calls the built-in
+    """A prompt-injection guard (side_effect tools only): the model's call is held, the model
+    gets confirmation_required, and tool.call is sent only when the model calls the built-in
     confirm_pending after the user's next reply.
     """
 
@@ -518,17 +518,17 @@ class SessionStart(Message, tag="session.start", kw_only=True):
     """The first message on every link, offering the protocol versions.
 
     The server sends it first on every connection, resumptions included. The agent answers
-    within handshake_timeout_ms with session.accept or session.reject; any other answer, a late
-    one or a closed connection fails the handshake and the call runs without the agent.
+    within handshake_timeout_ms with session.accept or session.reject; any other answer, a
+    late one or a closed connection fails the handshake and the call runs without the agent.
 
     Sent by: server.
     """
 
     type: ClassVar[Literal["session.start"]] = "session.start"
     seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
-    """Message number on the call: 1 for the session.start of a fresh call, then one more for every
-    message the server writes. Seq order is write order, and a seq is never repeated within a
-    call, reconnections included.
+    """Message number on the call: 1 for the session.start of a fresh call, then one more for
+    every message the server writes. Seq order is write order, and a seq is never repeated
+    within a call, reconnections included.
     """
     t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """Milliseconds on the call's clock since the call's first link opened: 0 in the first
@@ -546,11 +546,11 @@ class SessionStart(Message, tag="session.start", kw_only=True):
     """The name of the call's agent definition, for example "luigi"."""
     capabilities: Capabilities
     """What the server can do on this call."""
-    resume: ResumeInfo | None | UnsetType = UNSET
-    """Present only when the server reconnects a call whose agent declared resume; its accept must
-    then carry resume true.
+    resume: ResumeInfo | UnsetType | None = UNSET
+    """Present only when the server reconnects a call whose agent declared resume; its accept
+    must then carry resume true.
     """
-    call: CallIdentity | None | UnsetType = UNSET
+    call: CallIdentity | UnsetType | None = UNSET
     """Who is on the line, when the agent definition opted in and the call has a carrier; absent
     otherwise.
     """
@@ -559,10 +559,10 @@ class SessionStart(Message, tag="session.start", kw_only=True):
 class SessionAccept(Message, tag="session.accept", kw_only=True):
     """The agent takes the call, with its version, tools, prompt and subscription.
 
-    The agent's first message when it takes the call. The call's pipeline starts only after it,
-    so the prompt, tools and greeting apply from the first word. In the accept of a resumption,
-    resume must be true and tools, system_prompt, context and greeting are ignored (the call
-    keeps what it has); events re-selects the subscription.
+    The agent's first message when it takes the call. The call's pipeline starts only after
+    it, so the prompt, tools and greeting apply from the first word. In the accept of a
+    resumption, resume must be true and tools, system_prompt, context and greeting are ignored
+    (the call keeps what it has); events re-selects the subscription.
 
     Sent by: agent.
     """
@@ -585,13 +585,13 @@ class SessionAccept(Message, tag="session.accept", kw_only=True):
     greeting: str | UnsetType = UNSET
     """A bot line spoken at once, like a say. Ignored in a resumption."""
     events: list[EventType] | UnsetType = UNSET
-    """The event types to receive: absent means every event, [] none. The always-delivered messages
-    come regardless. In a resumption it re-selects the subscription.
+    """The event types to receive: absent means every event, [] none. The always-delivered
+    messages come regardless. In a resumption it re-selects the subscription.
     """
     resume: bool = False
-    """True promises to keep the call's state (keyed by session_id) for a while after a lost link,
-    so the server reconnects instead of giving up. Required to be true in the answer to a
-    resuming session.start; an accept without it ends reconnecting like a reject.
+    """True promises to keep the call's state (keyed by session_id) for a while after a lost
+    link, so the server reconnects instead of giving up. Required to be true in the answer to
+    a resuming session.start; an accept without it ends reconnecting like a reject.
     """
 
 
@@ -624,9 +624,9 @@ class SessionEnd(Message, tag="session.end", kw_only=True):
 
     type: ClassVar[Literal["session.end"]] = "session.end"
     seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
-    """Message number on the call: 1 for the session.start of a fresh call, then one more for every
-    message the server writes. Seq order is write order, and a seq is never repeated within a
-    call, reconnections included.
+    """Message number on the call: 1 for the session.start of a fresh call, then one more for
+    every message the server writes. Seq order is write order, and a seq is never repeated
+    within a call, reconnections included.
     """
     t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """Milliseconds on the call's clock since the call's first link opened: 0 in the first
@@ -647,9 +647,9 @@ class SessionUsage(Message, tag="session.usage", kw_only=True):
 
     type: ClassVar[Literal["session.usage"]] = "session.usage"
     seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
-    """Message number on the call: 1 for the session.start of a fresh call, then one more for every
-    message the server writes. Seq order is write order, and a seq is never repeated within a
-    call, reconnections included.
+    """Message number on the call: 1 for the session.start of a fresh call, then one more for
+    every message the server writes. Seq order is write order, and a seq is never repeated
+    within a call, reconnections included.
     """
     t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """Milliseconds on the call's clock since the call's first link opened: 0 in the first
@@ -661,26 +661,26 @@ class SessionUsage(Message, tag="session.usage", kw_only=True):
     """Turns that finished."""
     interrupted_turns: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """Of turns, the ones the caller interrupted."""
-    latency: LatencySummary | None | UnsetType = UNSET
+    latency: LatencySummary | UnsetType | None = UNSET
     """Average and worst latency per stage."""
-    usage: UsageSummary | None | UnsetType = UNSET
+    usage: UsageSummary | UnsetType | None = UNSET
     """The providers' units (LLM tokens, STT audio seconds, TTS characters)."""
 
 
 class TurnUserStarted(Message, tag="turn.user_started", kw_only=True):
     """A user turn started (speech, or a confirmed barge-in).
 
-    Bot events of an older epoch than the newest turn.user_started or turn.interrupted belong to
-    a response that was cut.
+    Bot events of an older epoch than the newest turn.user_started or turn.interrupted belong
+    to a response that was cut.
 
     Sent by: server.
     """
 
     type: ClassVar[Literal["turn.user_started"]] = "turn.user_started"
     seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
-    """Message number on the call: 1 for the session.start of a fresh call, then one more for every
-    message the server writes. Seq order is write order, and a seq is never repeated within a
-    call, reconnections included.
+    """Message number on the call: 1 for the session.start of a fresh call, then one more for
+    every message the server writes. Seq order is write order, and a seq is never repeated
+    within a call, reconnections included.
     """
     t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """Milliseconds on the call's clock since the call's first link opened: 0 in the first
@@ -698,9 +698,9 @@ class TurnUserEnded(Message, tag="turn.user_ended", kw_only=True):
 
     type: ClassVar[Literal["turn.user_ended"]] = "turn.user_ended"
     seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
-    """Message number on the call: 1 for the session.start of a fresh call, then one more for every
-    message the server writes. Seq order is write order, and a seq is never repeated within a
-    call, reconnections included.
+    """Message number on the call: 1 for the session.start of a fresh call, then one more for
+    every message the server writes. Seq order is write order, and a seq is never repeated
+    within a call, reconnections included.
     """
     t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """Milliseconds on the call's clock since the call's first link opened: 0 in the first
@@ -718,9 +718,9 @@ class TurnBotStarted(Message, tag="turn.bot_started", kw_only=True):
 
     type: ClassVar[Literal["turn.bot_started"]] = "turn.bot_started"
     seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
-    """Message number on the call: 1 for the session.start of a fresh call, then one more for every
-    message the server writes. Seq order is write order, and a seq is never repeated within a
-    call, reconnections included.
+    """Message number on the call: 1 for the session.start of a fresh call, then one more for
+    every message the server writes. Seq order is write order, and a seq is never repeated
+    within a call, reconnections included.
     """
     t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """Milliseconds on the call's clock since the call's first link opened: 0 in the first
@@ -738,9 +738,9 @@ class TurnBotEnded(Message, tag="turn.bot_ended", kw_only=True):
 
     type: ClassVar[Literal["turn.bot_ended"]] = "turn.bot_ended"
     seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
-    """Message number on the call: 1 for the session.start of a fresh call, then one more for every
-    message the server writes. Seq order is write order, and a seq is never repeated within a
-    call, reconnections included.
+    """Message number on the call: 1 for the session.start of a fresh call, then one more for
+    every message the server writes. Seq order is write order, and a seq is never repeated
+    within a call, reconnections included.
     """
     t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """Milliseconds on the call's clock since the call's first link opened: 0 in the first
@@ -758,9 +758,9 @@ class TurnInterrupted(Message, tag="turn.interrupted", kw_only=True):
 
     type: ClassVar[Literal["turn.interrupted"]] = "turn.interrupted"
     seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
-    """Message number on the call: 1 for the session.start of a fresh call, then one more for every
-    message the server writes. Seq order is write order, and a seq is never repeated within a
-    call, reconnections included.
+    """Message number on the call: 1 for the session.start of a fresh call, then one more for
+    every message the server writes. Seq order is write order, and a seq is never repeated
+    within a call, reconnections included.
     """
     t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """Milliseconds on the call's clock since the call's first link opened: 0 in the first
@@ -778,9 +778,9 @@ class TurnMetrics(Message, tag="turn.metrics", kw_only=True):
 
     type: ClassVar[Literal["turn.metrics"]] = "turn.metrics"
     seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
-    """Message number on the call: 1 for the session.start of a fresh call, then one more for every
-    message the server writes. Seq order is write order, and a seq is never repeated within a
-    call, reconnections included.
+    """Message number on the call: 1 for the session.start of a fresh call, then one more for
+    every message the server writes. Seq order is write order, and a seq is never repeated
+    within a call, reconnections included.
     """
     t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """Milliseconds on the call's clock since the call's first link opened: 0 in the first
@@ -788,7 +788,7 @@ class TurnMetrics(Message, tag="turn.metrics", kw_only=True):
     """
     epoch: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """The turn measured."""
-    metrics: Metrics | None | UnsetType = UNSET
+    metrics: Metrics | UnsetType | None = UNSET
     """The turn's latencies; a value no stage measured is absent or null."""
 
 
@@ -802,9 +802,9 @@ class UserTranscript(Message, tag="user.transcript", kw_only=True):
 
     type: ClassVar[Literal["user.transcript"]] = "user.transcript"
     seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
-    """Message number on the call: 1 for the session.start of a fresh call, then one more for every
-    message the server writes. Seq order is write order, and a seq is never repeated within a
-    call, reconnections included.
+    """Message number on the call: 1 for the session.start of a fresh call, then one more for
+    every message the server writes. Seq order is write order, and a seq is never repeated
+    within a call, reconnections included.
     """
     t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """Milliseconds on the call's clock since the call's first link opened: 0 in the first
@@ -824,9 +824,9 @@ class UserText(Message, tag="user.text", kw_only=True):
 
     type: ClassVar[Literal["user.text"]] = "user.text"
     seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
-    """Message number on the call: 1 for the session.start of a fresh call, then one more for every
-    message the server writes. Seq order is write order, and a seq is never repeated within a
-    call, reconnections included.
+    """Message number on the call: 1 for the session.start of a fresh call, then one more for
+    every message the server writes. Seq order is write order, and a seq is never repeated
+    within a call, reconnections included.
     """
     t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """Milliseconds on the call's clock since the call's first link opened: 0 in the first
@@ -846,9 +846,9 @@ class BotLlmStarted(Message, tag="bot.llm_started", kw_only=True):
 
     type: ClassVar[Literal["bot.llm_started"]] = "bot.llm_started"
     seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
-    """Message number on the call: 1 for the session.start of a fresh call, then one more for every
-    message the server writes. Seq order is write order, and a seq is never repeated within a
-    call, reconnections included.
+    """Message number on the call: 1 for the session.start of a fresh call, then one more for
+    every message the server writes. Seq order is write order, and a seq is never repeated
+    within a call, reconnections included.
     """
     t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """Milliseconds on the call's clock since the call's first link opened: 0 in the first
@@ -866,9 +866,9 @@ class BotText(Message, tag="bot.text", kw_only=True):
 
     type: ClassVar[Literal["bot.text"]] = "bot.text"
     seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
-    """Message number on the call: 1 for the session.start of a fresh call, then one more for every
-    message the server writes. Seq order is write order, and a seq is never repeated within a
-    call, reconnections included.
+    """Message number on the call: 1 for the session.start of a fresh call, then one more for
+    every message the server writes. Seq order is write order, and a seq is never repeated
+    within a call, reconnections included.
     """
     t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """Milliseconds on the call's clock since the call's first link opened: 0 in the first
@@ -888,9 +888,9 @@ class BotLlmStopped(Message, tag="bot.llm_stopped", kw_only=True):
 
     type: ClassVar[Literal["bot.llm_stopped"]] = "bot.llm_stopped"
     seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
-    """Message number on the call: 1 for the session.start of a fresh call, then one more for every
-    message the server writes. Seq order is write order, and a seq is never repeated within a
-    call, reconnections included.
+    """Message number on the call: 1 for the session.start of a fresh call, then one more for
+    every message the server writes. Seq order is write order, and a seq is never repeated
+    within a call, reconnections included.
     """
     t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """Milliseconds on the call's clock since the call's first link opened: 0 in the first
@@ -898,7 +898,7 @@ class BotLlmStopped(Message, tag="bot.llm_stopped", kw_only=True):
     """
     epoch: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """The response's turn."""
-    usage: TokenUsage | None | UnsetType = UNSET
+    usage: TokenUsage | UnsetType | None = UNSET
     """The provider's token counts, summed over the rounds of the turn; absent or null when the
     provider reported nothing (an older server sends none).
     """
@@ -912,9 +912,9 @@ class BotTtsText(Message, tag="bot.tts_text", kw_only=True):
 
     type: ClassVar[Literal["bot.tts_text"]] = "bot.tts_text"
     seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
-    """Message number on the call: 1 for the session.start of a fresh call, then one more for every
-    message the server writes. Seq order is write order, and a seq is never repeated within a
-    call, reconnections included.
+    """Message number on the call: 1 for the session.start of a fresh call, then one more for
+    every message the server writes. Seq order is write order, and a seq is never repeated
+    within a call, reconnections included.
     """
     t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """Milliseconds on the call's clock since the call's first link opened: 0 in the first
@@ -934,9 +934,9 @@ class BotTtsStopped(Message, tag="bot.tts_stopped", kw_only=True):
 
     type: ClassVar[Literal["bot.tts_stopped"]] = "bot.tts_stopped"
     seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
-    """Message number on the call: 1 for the session.start of a fresh call, then one more for every
-    message the server writes. Seq order is write order, and a seq is never repeated within a
-    call, reconnections included.
+    """Message number on the call: 1 for the session.start of a fresh call, then one more for
+    every message the server writes. Seq order is write order, and a seq is never repeated
+    within a call, reconnections included.
     """
     t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """Milliseconds on the call's clock since the call's first link opened: 0 in the first
@@ -950,17 +950,17 @@ class ErrorEvent(Message, tag="error", kw_only=True):
     """A pipeline stage reported an error, or the link refused something without a command id.
 
     Always delivered. With stage agent_link it reports a refused agent message that carried no
-    id (a command without id, an unknown type, a binary frame) or a handshake problem that does
-    not stop the call.
+    id (a command without id, an unknown type, a binary frame) or a handshake problem that
+    does not stop the call.
 
     Sent by: server.
     """
 
     type: ClassVar[Literal["error"]] = "error"
     seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
-    """Message number on the call: 1 for the session.start of a fresh call, then one more for every
-    message the server writes. Seq order is write order, and a seq is never repeated within a
-    call, reconnections included.
+    """Message number on the call: 1 for the session.start of a fresh call, then one more for
+    every message the server writes. Seq order is write order, and a seq is never repeated
+    within a call, reconnections included.
     """
     t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """Milliseconds on the call's clock since the call's first link opened: 0 in the first
@@ -987,9 +987,9 @@ class EventsLost(Message, tag="events.lost", kw_only=True):
 
     type: ClassVar[Literal["events.lost"]] = "events.lost"
     seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
-    """Message number on the call: 1 for the session.start of a fresh call, then one more for every
-    message the server writes. Seq order is write order, and a seq is never repeated within a
-    call, reconnections included.
+    """Message number on the call: 1 for the session.start of a fresh call, then one more for
+    every message the server writes. Seq order is write order, and a seq is never repeated
+    within a call, reconnections included.
     """
     t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """Milliseconds on the call's clock since the call's first link opened: 0 in the first
@@ -1011,9 +1011,9 @@ class ToolCall(Message, tag="tool.call", kw_only=True):
 
     type: ClassVar[Literal["tool.call"]] = "tool.call"
     seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
-    """Message number on the call: 1 for the session.start of a fresh call, then one more for every
-    message the server writes. Seq order is write order, and a seq is never repeated within a
-    call, reconnections included.
+    """Message number on the call: 1 for the session.start of a fresh call, then one more for
+    every message the server writes. Seq order is write order, and a seq is never repeated
+    within a call, reconnections included.
     """
     t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """Milliseconds on the call's clock since the call's first link opened: 0 in the first
@@ -1048,8 +1048,8 @@ class ToolCall(Message, tag="tool.call", kw_only=True):
     pass it to APIs that deduplicate a redelivery.
     """
     timeout_ms: Annotated[int, Meta(ge=MIN_TOOL_TIMEOUT_MS, le=JSON_SAFE_INTEGER)]
-    """The engine's wait for this call. No upper bound on decode: the server's tool timeout bounds
-    are configurable.
+    """The engine's wait for this call. No upper bound on decode: the server's tool timeout
+    bounds are configurable.
     """
 
 
@@ -1065,9 +1065,9 @@ class ToolCancel(Message, tag="tool.cancel", kw_only=True):
 
     type: ClassVar[Literal["tool.cancel"]] = "tool.cancel"
     seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
-    """Message number on the call: 1 for the session.start of a fresh call, then one more for every
-    message the server writes. Seq order is write order, and a seq is never repeated within a
-    call, reconnections included.
+    """Message number on the call: 1 for the session.start of a fresh call, then one more for
+    every message the server writes. Seq order is write order, and a seq is never repeated
+    within a call, reconnections included.
     """
     t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """Milliseconds on the call's clock since the call's first link opened: 0 in the first
@@ -1082,8 +1082,8 @@ class ToolCancel(Message, tag="tool.cancel", kw_only=True):
 class ToolResult(Message, tag="tool.result", kw_only=True):
     """The outcome of a tool.call.
 
-    May come at any time and in any order. A late result, or one for an unknown or cancelled id,
-    is ignored (a side_effect result within side_effect_wait_ms becomes a late note).
+    May come at any time and in any order. A late result, or one for an unknown or cancelled
+    id, is ignored (a side_effect result within side_effect_wait_ms becomes a late note).
 
     Sent by: agent.
     """
@@ -1091,9 +1091,9 @@ class ToolResult(Message, tag="tool.result", kw_only=True):
     type: ClassVar[Literal["tool.result"]] = "tool.result"
     id: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """The tool.call's id."""
-    result: Any | None | UnsetType = UNSET
-    """The tool's result: a string reaches the LLM unchanged, any other JSON value in compact form;
-    null is a valid result.
+    result: Any | UnsetType | None = UNSET
+    """The tool's result: a string reaches the LLM unchanged, any other JSON value in compact
+    form; null is a valid result.
     """
     error: str | UnsetType = UNSET
     """A failure; it reaches the LLM as a tool_failed error result."""
@@ -1102,24 +1102,24 @@ class ToolResult(Message, tag="tool.result", kw_only=True):
 class Say(Message, tag="say", kw_only=True):
     """Speak a bot line verbatim, with no LLM request.
 
-    The line is a bot turn: when nobody speaks and no response runs, a new epoch starts and the
-    line is spoken as its response (bot.llm_started, one bot.text, turn.bot_started ...
-    turn.bot_ended). It enters the context as an assistant message and is cut to what was heard
-    on a barge-in. While the user speaks or a response runs, lines wait in order, at most
-    max_waiting_lines (then queue_full).
+    The line is a bot turn: when nobody speaks and no response runs, a new epoch starts and
+    the line is spoken as its response (bot.llm_started, one bot.text, turn.bot_started ...
+    turn.bot_ended). It enters the context as an assistant message and is cut to what was
+    heard on a barge-in. While the user speaks or a response runs, lines wait in order, at
+    most max_waiting_lines (then queue_full).
 
     Sent by: agent.
     """
 
     type: ClassVar[Literal["say"]] = "say"
     id: str | UnsetType = UNSET
-    """The command's id, echoed by its command.result. A command.result is sent only for a command
-    that carries an id; a failure of a command without one is reported as an error event with
-    stage agent_link.
+    """The command's id, echoed by its command.result. A command.result is sent only for a
+    command that carries an id; a failure of a command without one is reported as an error
+    event with stage agent_link.
     """
     re: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)] | UnsetType = UNSET
-    """The seq of the server event the command reacts to; the server measures the hop latency with
-    it.
+    """The seq of the server event the command reacts to; the server measures the hop latency
+    with it.
     """
     text: str
     """The line to speak."""
@@ -1132,23 +1132,23 @@ class Say(Message, tag="say", kw_only=True):
 class End(Message, tag="end", kw_only=True):
     """End the call gracefully, after an optional farewell.
 
-    The server stops the call as at a drain (the farewell is spoken first, the wait for silence
-    bounded by end_silence_wait_ms), then sends session.end with reason ended_by_agent. It stops
-    reconnecting at once; the agent may close its socket right after it. Runs on a separate task
-    (one at a time with transfer) and answers when done.
+    The server stops the call as at a drain (the farewell is spoken first, the wait for
+    silence bounded by end_silence_wait_ms), then sends session.end with reason
+    ended_by_agent. It stops reconnecting at once; the agent may close its socket right after
+    it. Runs on a separate task (one at a time with transfer) and answers when done.
 
     Sent by: agent.
     """
 
     type: ClassVar[Literal["end"]] = "end"
     id: str | UnsetType = UNSET
-    """The command's id, echoed by its command.result. A command.result is sent only for a command
-    that carries an id; a failure of a command without one is reported as an error event with
-    stage agent_link.
+    """The command's id, echoed by its command.result. A command.result is sent only for a
+    command that carries an id; a failure of a command without one is reported as an error
+    event with stage agent_link.
     """
     re: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)] | UnsetType = UNSET
-    """The seq of the server event the command reacts to; the server measures the hop latency with
-    it.
+    """The seq of the server event the command reacts to; the server measures the hop latency
+    with it.
     """
     say: str | UnsetType = UNSET
     """A farewell line, with the rules of say.text."""
@@ -1160,22 +1160,22 @@ class Transfer(Message, tag="transfer", kw_only=True):
     """Transfer the call through its carrier binding.
 
     Goes through the same carrier binding as the transfer_call tool; unsupported when
-    capabilities.transfer is false. The carrier's idempotency key derives from the id, so give a
-    transfer an id and repeat it only with the same id after outcome_unknown or a lost result.
-    Runs on a separate task (one at a time with end) and answers when done.
+    capabilities.transfer is false. The carrier's idempotency key derives from the id, so give
+    a transfer an id and repeat it only with the same id after outcome_unknown or a lost
+    result. Runs on a separate task (one at a time with end) and answers when done.
 
     Sent by: agent.
     """
 
     type: ClassVar[Literal["transfer"]] = "transfer"
     id: str | UnsetType = UNSET
-    """The command's id, echoed by its command.result. A command.result is sent only for a command
-    that carries an id; a failure of a command without one is reported as an error event with
-    stage agent_link.
+    """The command's id, echoed by its command.result. A command.result is sent only for a
+    command that carries an id; a failure of a command without one is reported as an error
+    event with stage agent_link.
     """
     re: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)] | UnsetType = UNSET
-    """The seq of the server event the command reacts to; the server measures the hop latency with
-    it.
+    """The seq of the server event the command reacts to; the server measures the hop latency
+    with it.
     """
     destination: Annotated[str, Meta(pattern=r"^\+[0-9]{8,15}$")]
     """An E.164 number: + and min_e164_digits to max_e164_digits ASCII digits, nothing else (no
@@ -1201,13 +1201,13 @@ class ContextUpdate(Message, tag="context.update", kw_only=True):
 
     type: ClassVar[Literal["context.update"]] = "context.update"
     id: str | UnsetType = UNSET
-    """The command's id, echoed by its command.result. A command.result is sent only for a command
-    that carries an id; a failure of a command without one is reported as an error event with
-    stage agent_link.
+    """The command's id, echoed by its command.result. A command.result is sent only for a
+    command that carries an id; a failure of a command without one is reported as an error
+    event with stage agent_link.
     """
     re: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)] | UnsetType = UNSET
-    """The seq of the server event the command reacts to; the server measures the hop latency with
-    it.
+    """The seq of the server event the command reacts to; the server measures the hop latency
+    with it.
     """
     system_prompt: str | UnsetType = UNSET
     """The new system prompt."""
@@ -1220,26 +1220,26 @@ class ContextUpdate(Message, tag="context.update", kw_only=True):
 class ToolsSet(Message, tag="tools.set", kw_only=True):
     """Choose which tools the LLM is offered.
 
-    Applied at the LLM runner's next safe point. With a flow it narrows the node's tools. It is
-    not restored after a reconnection: send it again. A model call to a tool that is not offered
-    is answered unknown_tool without running.
+    Applied at the LLM runner's next safe point. With a flow it narrows the node's tools. It
+    is not restored after a reconnection: send it again. A model call to a tool that is not
+    offered is answered unknown_tool without running.
 
     Sent by: agent.
     """
 
     type: ClassVar[Literal["tools.set"]] = "tools.set"
     id: str | UnsetType = UNSET
-    """The command's id, echoed by its command.result. A command.result is sent only for a command
-    that carries an id; a failure of a command without one is reported as an error event with
-    stage agent_link.
+    """The command's id, echoed by its command.result. A command.result is sent only for a
+    command that carries an id; a failure of a command without one is reported as an error
+    event with stage agent_link.
     """
     re: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)] | UnsetType = UNSET
-    """The seq of the server event the command reacts to; the server measures the hop latency with
-    it.
+    """The seq of the server event the command reacts to; the server measures the hop latency
+    with it.
     """
     enabled: Annotated[list[str], Meta(max_length=MAX_ENABLED_TOOLS)] | None
-    """Names of the tools to offer, local and remote; null offers every tool again, [] none. Always
-    written.
+    """Names of the tools to offer, local and remote; null offers every tool again, [] none.
+    Always written.
     """
 
 
@@ -1254,9 +1254,9 @@ class CommandResult(Message, tag="command.result", kw_only=True):
 
     type: ClassVar[Literal["command.result"]] = "command.result"
     seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
-    """Message number on the call: 1 for the session.start of a fresh call, then one more for every
-    message the server writes. Seq order is write order, and a seq is never repeated within a
-    call, reconnections included.
+    """Message number on the call: 1 for the session.start of a fresh call, then one more for
+    every message the server writes. Seq order is write order, and a seq is never repeated
+    within a call, reconnections included.
     """
     t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """Milliseconds on the call's clock since the call's first link opened: 0 in the first
@@ -1266,7 +1266,7 @@ class CommandResult(Message, tag="command.result", kw_only=True):
     """The command's id."""
     ok: bool
     """Whether the command was applied."""
-    error: CommandError | None | UnsetType = UNSET
+    error: CommandError | UnsetType | None = UNSET
     """Why it failed; present when ok is false."""
 
 
