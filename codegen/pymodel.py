@@ -261,7 +261,8 @@ class _Builder:
         if kind == "string":
             meta = [] if item else self._length_meta(f)
             if f.pattern is not None:
-                meta.append(f"pattern={_literal(f.pattern)}")
+                # msgspec searches with Python's re, whose $ also matches before a final newline.
+                meta.append(f"pattern={_literal(f.pattern[:-1] + chr(92) + 'Z')}")
             return self._meta("str", meta)
         if kind in ("integer", "number"):
             meta = []

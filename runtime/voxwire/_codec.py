@@ -8,6 +8,7 @@ value checks, and the translation of every failure into the protocol's ``Protoco
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -238,13 +239,21 @@ class JsonCodec:
             code = codes.wrong_type
         else:
             code = codes.invalid_value
+            # The decoder's patterns end in \Z (see codegen); show the spec's $.
+            detail = detail.replace("\\\\Z'", "$'")
         override = self._field_codes.get((message_type, _INDEX.sub("[]", path)))
         if override is not None and code not in (codes.missing_field, codes.wrong_type):
             code = override
         raise self._error(code, detail, path=path, message_type=message_type) from None
 
     def _unknown_tag(self, data: bytes | str, sender: str) -> UnknownMessage:
-        message_type = _TYPE_ONLY.decode(data).type
+        types = _top_level_types(data)
+        if len(set(types)) > 1:
+            raise self._error(
+                self._codes.malformed,
+                f"`type` is repeated with different values: {', '.join(map(repr, types))}",
+            ) from None
+        message_type = types[0]
         if message_type in self._all_types:
             senders = sorted(
                 s for s, types in self._types_by_sender.items() if message_type in types
@@ -262,6 +271,18 @@ class JsonCodec:
             ) from None
         raw = _ANY.decode(data)
         return UnknownMessage(type=message_type, data=raw)
+
+
+def _top_level_types(data: bytes | str) -> list[str]:
+    """Every value of the object's top-level ``type`` key, in order (error path only)."""
+    pairs: list[tuple[str, Any]] = []
+
+    def keep(found: list[tuple[str, Any]]) -> dict[str, Any]:
+        pairs[:] = found  # the top-level object is the last one the parser closes
+        return {}
+
+    json.loads(data, object_pairs_hook=keep)
+    return [value for key, value in pairs if key == "type"]
 
 
 def _tags(union: Any) -> frozenset[str]:
