@@ -234,9 +234,7 @@ class FrameExample:
     def to_bytes(self, frame: Frame) -> bytes:
         """The example frame as it travels."""
         order = frame.byte_order
-        out = b"".join(
-            self.header[f.name].to_bytes(f.size, order) for f in frame.fields[:-1]
-        )
+        out = b"".join(self.header[f.name].to_bytes(f.size, order) for f in frame.fields[:-1])
         payload = frame.fields[-1].size
         return out + (self.fill * (payload // len(self.fill) + 1))[:payload]
 
@@ -304,6 +302,8 @@ class _Resolver:
     problems: list[Problem] = field(default_factory=list)
     decisions: list[Decision] = field(default_factory=list)
     decision_lines: dict[str, int] = field(default_factory=dict)
+    decision_sites: list[tuple[int, str, PathT]] = field(default_factory=list)
+    """(line, id, path of the id) of every decision, to report duplicates in file order."""
     constants: dict[str, Constant] = field(default_factory=dict)
     enums: dict[str, Enum] = field(default_factory=dict)
     struct_names: set[str] = field(default_factory=set)
@@ -330,14 +330,17 @@ class _Resolver:
         self.enums = {e.name: e for e in enums}
         struct_data = data.get("types", [])
         self.struct_names = {t["name"] for t in struct_data}
-        self._unique(
-            [*self.enums, *(t["name"] for t in struct_data), *(f["name"] for f in data.get("frames", []))],
-            (),
-            "type name",
-            None,
-        )
+        named = [
+            (x["name"], (key, i, "name"))
+            for key in ("enums", "types", "frames")
+            for i, x in enumerate(data.get(key, []))
+        ]
+        self._unique([n for n, _ in named], (), "type name", None, [w for _, w in named])
         field_sets = {
-            name: tuple(self._field(f, ("field_sets", name, i), f"field set {name}") for i, f in enumerate(fields))
+            name: tuple(
+                self._field(f, ("field_sets", name, i), f"field set {name}")
+                for i, f in enumerate(fields)
+            )
             for name, fields in data.get("field_sets", {}).items()
         }
         structs = tuple(self._struct(t, ("types", i)) for i, t in enumerate(struct_data))
@@ -347,17 +350,26 @@ class _Resolver:
         self._unique(sender_ids, ("senders",), "sender", "id")
         envelopes: dict[str, tuple[Field, ...]] = {}
         for i, s in enumerate(sender_data):
-            envelopes[s["id"]] = self._include(s.get("include", []), field_sets, ("senders", i, "include"))
+            envelopes[s["id"]] = self._include(
+                s.get("include", []), field_sets, ("senders", i, "include")
+            )
         messages = tuple(
             self._message(m, ("messages", i), envelopes, field_sets)
             for i, m in enumerate(data["messages"])
         )
         self._unique([m.type for m in messages], ("messages",), "message type", "type")
+        # Messages against each other and against enums and types (duplicate message types and
+        # type names are reported above, so each counts once here).
+        classes: list[tuple[str, PathT]] = []
+        for i, m in enumerate(messages):
+            if m.type not in [x.type for x in messages[:i]]:
+                spelled = "name" if "name" in data["messages"][i] else "type"
+                classes.append((m.class_name, ("messages", i, spelled)))
+        for name, where in named:
+            if where[0] != "frames" and name not in [n for n, w in classes if w[0] != "messages"]:
+                classes.append((name, where))
         self._unique(
-            [m.class_name for m in messages] + [*self.enums, *self.struct_names],
-            ("messages",),
-            "Python class name",
-            None,
+            [n for n, _ in classes], (), "Python class name", None, [w for _, w in classes]
         )
         senders = tuple(
             Sender(
@@ -388,6 +400,24 @@ class _Resolver:
                 ("protocol", "max_message_bytes"),
                 f"unknown integer constant {protocol['max_message_bytes']!r}",
             )
+        for key in ("subprotocol", "endpoint"):
+            twin = self.constants.get(key)
+            if key in transport and twin is not None and twin.value != transport[key]:
+                self.fail(
+                    ("transport", key),
+                    f"transport.{key} {transport[key]!r} differs from "
+                    f"the constant {key} {twin.value!r}",
+                )
+        version = self.constants.get("protocol_version")
+        if version is not None and version.value != protocol["version"]:
+            self.fail(
+                ("protocol", "version"),
+                f"protocol.version {protocol['version']!r} differs from the constant "
+                f"protocol_version {version.value!r}",
+            )
+        # Items resolve in no file order (senders after messages): a duplicate is the later one.
+        sites = sorted(self.decision_sites, key=lambda site: site[0])
+        self._unique([s[1] for s in sites], (), "decision id", None, [s[2] for s in sites])
         if self.problems:
             raise SpecError(self.problems)
         assert max_bytes is not None
@@ -420,24 +450,34 @@ class _Resolver:
         out = []
         for i, d in enumerate(item.get("decisions", [])):
             where = (*path, "decisions", i)
+            self.decision_sites.append((self.raw.line(where), d["id"], (*where, "id")))
             if d["id"] in self.decision_lines:
-                self.fail(
-                    (*where, "id"),
-                    f"duplicate decision id {d['id']!r} (first at line {self.decision_lines[d['id']]})",
-                )
-                continue
+                continue  # a duplicate, reported by run() in file order
             self.decision_lines[d["id"]] = self.raw.line(where)
-            decision = Decision(d["id"], d["quote"].strip(), d["source"], d["decision"].strip(), subject)
+            decision = Decision(
+                d["id"], d["quote"].strip(), d["source"], d["decision"].strip(), subject
+            )
             self.decisions.append(decision)
             out.append(decision)
         return tuple(out)
 
-    def _unique(self, values: list[str], path: PathT, what: str, key: str | None) -> None:
+    def _unique(
+        self,
+        values: list[str],
+        path: PathT,
+        what: str,
+        key: str | None,
+        paths: list[PathT] | None = None,
+    ) -> None:
+        """Report every repeated value: at ``paths[index]`` when given, else at ``key`` of
+        ``path[index]``."""
         seen: dict[str, int] = {}
         for index, value in enumerate(values):
             if value in seen:
                 where: PathT = (*path, index, key) if key is not None else path
                 first = self.raw.line((*path, seen[value])) if key is not None else None
+                if paths is not None:
+                    where, first = paths[index], self.raw.line(paths[seen[value]])
                 suffix = f" (first at line {first})" if first else ""
                 self.fail(where, f"duplicate {what} {value!r}{suffix}")
             else:
@@ -481,10 +521,20 @@ class _Resolver:
             if isinstance(v["value"], int) and "name" not in v:
                 self.fail((*path, "values", i), "an integer value needs a name")
             values.append(
-                EnumValue(v["value"], names.enum_member(v["value"], v.get("name")), v["description"].strip())
+                EnumValue(
+                    v["value"],
+                    names.enum_member(v["value"], v.get("name")),
+                    v["description"].strip(),
+                )
             )
         self._unique([str(v.value) for v in values], (*path, "values"), "enum value", "value")
-        self._unique([v.py_name for v in values], (*path, "values"), "enum member name", None)
+        self._unique(
+            [v.py_name for v in values],
+            (*path, "values"),
+            "enum member name",
+            None,
+            [(*path, "values", i) for i in range(len(values))],
+        )
         return Enum(
             name=e["name"],
             description=e["description"].strip(),
@@ -569,14 +619,21 @@ class _Resolver:
             elif ref.element.kind == "struct":
                 inner = next(t for t in self.raw.data["types"] if t["name"] == ref.element.struct)
                 if unique_by not in {x["name"] for x in inner["fields"]}:
-                    self.fail((*path, "unique_by"), f"{ref.element.struct} has no field {unique_by!r}")
+                    self.fail(
+                        (*path, "unique_by"), f"{ref.element.struct} has no field {unique_by!r}"
+                    )
             elif unique_by != "value":
                 self.fail((*path, "unique_by"), "an array of values is unique_by: value")
         self._code(f.get("code"), (*path, "code"))
         has_default = "default" in f
-        if has_default and ref.kind == "enum" and ref.enum and not ref.enum.open:
-            if f["default"] not in [v.value for v in ref.enum.values]:
-                self.fail((*path, "default"), f"default {f['default']!r} is not a value of {ref.enum.name}")
+        enum = ref.enum if ref.kind == "enum" else None
+        if (
+            has_default
+            and enum is not None
+            and not enum.open
+            and f["default"] not in [v.value for v in enum.values]
+        ):
+            self.fail((*path, "default"), f"default {f['default']!r} is not a value of {enum.name}")
         required = f.get("required", True) and not has_default
         if has_default and f.get("required") is True:
             self.fail((*path, "required"), "a field with a default is not required")
@@ -608,7 +665,9 @@ class _Resolver:
     def _fields(self, data: list[dict[str, Any]], path: PathT, owner: str) -> tuple[Field, ...]:
         return tuple(self._field(f, (*path, i), owner) for i, f in enumerate(data))
 
-    def _rules(self, data: list[dict[str, Any]], fields: tuple[Field, ...], path: PathT) -> tuple[Rule, ...]:
+    def _rules(
+        self, data: list[dict[str, Any]], fields: tuple[Field, ...], path: PathT
+    ) -> tuple[Rule, ...]:
         by_name = {f.wire_name: f for f in fields}
         rules = []
         for i, r in enumerate(data):
@@ -648,12 +707,12 @@ class _Resolver:
             )
         return tuple(rules)
 
-    def _check_names(self, fields: tuple[Field, ...], path: PathT) -> None:
-        self._unique([f.wire_name for f in fields], path, "field", None)
+    def _check_names(self, fields: tuple[Field, ...], paths: list[PathT]) -> None:
+        self._unique([f.wire_name for f in fields], (), "field", None, paths)
 
     def _struct(self, t: dict[str, Any], path: PathT) -> Struct:
         fields = self._fields(t["fields"], (*path, "fields"), f"type {t['name']}")
-        self._check_names(fields, (*path, "fields"))
+        self._check_names(fields, [(*path, "fields", i) for i in range(len(fields))])
         return Struct(
             name=t["name"],
             description=t["description"].strip(),
@@ -680,7 +739,9 @@ class _Resolver:
                     seen.add(name)
                     stack.extend(graph.get(name, ()))
 
-    def _include(self, wanted: list[str], sets: dict[str, tuple[Field, ...]], path: PathT) -> tuple[Field, ...]:
+    def _include(
+        self, wanted: list[str], sets: dict[str, tuple[Field, ...]], path: PathT
+    ) -> tuple[Field, ...]:
         out: tuple[Field, ...] = ()
         for i, name in enumerate(wanted):
             if name not in sets:
@@ -703,14 +764,39 @@ class _Resolver:
         own = self._fields(m.get("fields", []), (*path, "fields"), f"message {m['type']}")
         included = self._include(m.get("include", []), field_sets, (*path, "include"))
         fields = envelope + included + own
-        self._check_names(fields, (*path, "fields"))
+        # Where each field comes from: its field set (envelope), the include entry, its own entry.
+        envelope_names: list[str] = next(
+            (
+                s.get("include", [])
+                for s in self.raw.data["senders"]
+                if s["id"] in m["senders"] and envelopes[s["id"]] == envelope
+            ),
+            [],
+        )
+        paths: list[PathT] = [
+            ("field_sets", name, j)
+            for name in envelope_names
+            for j in range(len(field_sets.get(name, ())))
+        ]
+        for k, name in enumerate(m.get("include", [])):
+            paths += [(*path, "include", k)] * len(field_sets.get(name, ()))
+        paths += [(*path, "fields", i) for i in range(len(own))]
+        self._check_names(fields, paths)
         examples = tuple(
-            Example(e["description"].strip(), e.get("source"), e["json"], self.raw.line((*path, "examples", i)))
+            Example(
+                e["description"].strip(),
+                e.get("source"),
+                e["json"],
+                self.raw.line((*path, "examples", i)),
+            )
             for i, e in enumerate(m["examples"])
         )
         for i, example in enumerate(examples):
             if example.json.get("type") != m["type"]:
-                self.fail((*path, "examples", i, "json", "type"), f"example of {m['type']} has type {example.json.get('type')!r}")
+                self.fail(
+                    (*path, "examples", i, "json", "type"),
+                    f"example of {m['type']} has type {example.json.get('type')!r}",
+                )
         return Message(
             type=m["type"],
             class_name=m.get("name") or names.class_name(m["type"]),
@@ -775,8 +861,12 @@ class _Resolver:
         for i, e in enumerate(f["examples"]):
             where = (*path, "examples", i)
             if sorted(e["header"]) != sorted(header_names):
-                self.fail((*where, "header"), f"an example header sets exactly {', '.join(header_names)}")
-            examples.append(FrameExample(e["description"].strip(), dict(e["header"]), bytes.fromhex(e["fill"])))
+                self.fail(
+                    (*where, "header"), f"an example header sets exactly {', '.join(header_names)}"
+                )
+            examples.append(
+                FrameExample(e["description"].strip(), dict(e["header"]), bytes.fromhex(e["fill"]))
+            )
         return Frame(
             name=f["name"],
             description=f["description"].strip(),
@@ -801,4 +891,6 @@ class _Resolver:
                     self.fail(("transport", "plaintext_hosts", key, i), f"bad network: {exc}")
                     continue
                 if net.version != version:
-                    self.fail(("transport", "plaintext_hosts", key, i), f"not an IPv{version} network")
+                    self.fail(
+                        ("transport", "plaintext_hosts", key, i), f"not an IPv{version} network"
+                    )

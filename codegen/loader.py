@@ -22,6 +22,9 @@ FORMAT_SCHEMA = Path(__file__).resolve().parent.parent / "spec" / "spec-format.s
 
 PathT = tuple[str | int, ...]
 
+ANCHORED = r"^\^.*\$$"
+"""The format schema's pattern for a field's ``pattern``: an anchored regular expression."""
+
 
 @dataclass(frozen=True, order=True)
 class Problem:
@@ -83,7 +86,10 @@ def load(path: Path, display: str | None = None) -> RawSpec:
     try:
         text = blob.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise SpecError([Problem(shown, 1, "", f"not UTF-8: {exc.reason}")]) from None
+        line = blob.count(b"\n", 0, exc.start) + 1
+        byte = blob[exc.start]
+        problem = Problem(shown, line, "", f"not UTF-8: {exc.reason} (byte 0x{byte:02x})")
+        raise SpecError([problem]) from None
     problems: list[Problem] = []
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
@@ -92,6 +98,10 @@ def load(path: Path, display: str | None = None) -> RawSpec:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         line = mark.line + 1 if mark is not None else 1
         reason = getattr(exc, "problem", None) or str(exc)
+        context, where = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+        if context and where is not None and where.line + 1 != line:
+            # An unclosed bracket or quote is noticed lines later: say where it was opened.
+            reason += f" ({context} at line {where.line + 1})"
         raise SpecError([Problem(shown, line, "", f"bad YAML: {reason}")]) from None
     lines: dict[PathT, int] = {}
     if node is not None:
@@ -101,6 +111,13 @@ def load(path: Path, display: str | None = None) -> RawSpec:
     raw = RawSpec(path, shown, data, hashlib.sha256(blob).hexdigest(), lines)
     for error in _validator().iter_errors(data):
         location: PathT = tuple(error.absolute_path)
+        if error.validator == "additionalProperties" and error.validator_value is False:
+            # One problem per unknown key, on the key's own line.
+            known = error.schema.get("properties", {})
+            for key in error.instance:
+                if key not in known:
+                    problems.append(raw.problem((*location, key), f"unknown key {key!r}"))
+            continue
         problems.append(raw.problem(location, _schema_message(error)))
     if problems:
         raise SpecError(problems)
@@ -122,6 +139,8 @@ def _schema_message(error: jsonschema.ValidationError) -> str:
         # Say what the closest alternative wanted, not that none matched.
         best = min(error.context, key=lambda e: len(list(e.absolute_schema_path)))
         return _schema_message(best)
+    if error.validator == "pattern" and error.validator_value == ANCHORED:
+        return f"pattern {error.instance!r} is not anchored (^...$)"
     if error.validator == "required":
         return error.message.replace("is a required property", "is required")
     message = error.message

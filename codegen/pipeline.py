@@ -6,6 +6,7 @@ import difflib
 from dataclasses import dataclass
 from pathlib import Path
 
+from codegen.examples import check_examples
 from codegen.ir import Protocol, resolve
 from codegen.loader import Problem, SpecError, load
 from codegen.render import ROOT, Output, render
@@ -30,9 +31,13 @@ def load_protocols(root: Path = ROOT) -> list[Protocol]:
     protocols = []
     for path in spec_files(root):
         try:
-            protocols.append(resolve(load(path, str(path.relative_to(root)))))
+            raw = load(path, str(path.relative_to(root)))
+            protocol = resolve(raw)
         except SpecError as exc:
             problems += exc.problems
+            continue
+        problems += check_examples(protocol, raw)
+        protocols.append(protocol)
     if problems:
         raise SpecError(problems)
     return protocols

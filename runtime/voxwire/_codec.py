@@ -217,6 +217,10 @@ class JsonCodec:
         if not sep:
             detail = text
         codes = self._codes
+        if detail.startswith("Number out of range"):
+            raise self._error(
+                codes.malformed, "a number too large to represent", path=path
+            ) from None
         if path == "$" and detail.startswith("Expected `object`"):
             raise self._error(codes.malformed, "not a JSON object") from None
         if detail == "Object missing required field `type`" and path == "$":
