@@ -17,7 +17,6 @@ SPEC_DIR = ROOT / "spec"
 GENERATED_ROOTS = ("generated/voxwire", "docs/reference")
 """Folders every file of which is generated: a file there that the spec does not produce is an
 orphan."""
-_KEEP = {"generated/voxwire/py.typed"}
 
 
 def spec_files(root: Path = ROOT) -> list[Path]:
@@ -107,11 +106,6 @@ def _orphans(root: Path, wanted: dict[str, str]) -> list[str]:
             continue
         for path in sorted(base.rglob("*")):
             rel = str(path.relative_to(root))
-            if (
-                path.is_file()
-                and rel not in wanted
-                and rel not in _KEEP
-                and "__pycache__" not in rel
-            ):
+            if path.is_file() and rel not in wanted and "__pycache__" not in rel:
                 found.append(rel)
     return found

@@ -1,0 +1,87 @@
+"""The package as users get it: a built wheel in a fresh venv imports like the editable install."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+# What both installs must show: every module, the data files, and a working decode.
+PROBE = r"""
+import importlib.resources, json, pkgutil, sys
+import voxwire
+from voxwire import brisvox, ovp
+modules = sorted(m.name for m in pkgutil.walk_packages(voxwire.__path__, "voxwire."))
+data = sorted(
+    f"{package}/{name}"
+    for package in ("voxwire", "voxwire.brisvox", "voxwire.ovp")
+    for name in ("py.typed", "schema.json")
+    if importlib.resources.files(package).joinpath(name).is_file()
+)
+message = brisvox.decode(b'{"type":"say","text":"hi"}', sender="agent")
+json.dump({
+    "modules": modules,
+    "data": data,
+    "say": message.text,
+    "base": issubclass(ovp.ProtocolError, voxwire.ProtocolError),
+    "version": voxwire.__version__,
+}, sys.stdout)
+"""
+
+
+def _probe(python: str | Path) -> dict[str, object]:
+    done = subprocess.run(
+        [str(python), "-c", PROBE], capture_output=True, text=True, timeout=120, cwd="/", check=False
+    )
+    assert done.returncode == 0, done.stderr
+    result: dict[str, object] = json.loads(done.stdout)
+    return result
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("dist")
+    subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out), str(ROOT)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    [built] = out.glob("voxwire-*.whl")
+    return built
+
+
+def test_wheel_in_a_fresh_venv_imports_like_the_editable_install(wheel: Path, tmp_path: Path) -> None:
+    env = tmp_path / "venv"
+    venv.create(env, with_pip=True)
+    python = env / "bin" / "python"
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", str(wheel)], check=True, capture_output=True, timeout=300
+    )
+    from_wheel = _probe(python)
+    editable = _probe(sys.executable)
+    assert from_wheel == editable
+    assert "voxwire.brisvox.codec" in from_wheel["modules"]  # type: ignore[operator]
+    assert "voxwire._codec" in from_wheel["modules"]  # type: ignore[operator]
+    assert from_wheel["data"] == [
+        "voxwire.brisvox/schema.json",
+        "voxwire.ovp/schema.json",
+        "voxwire/py.typed",
+    ]
+    assert from_wheel["say"] == "hi" and from_wheel["base"] is True
+
+
+def test_wheel_holds_one_package_and_nothing_else(wheel: Path) -> None:
+    import zipfile
+
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {name.split("/")[0] for name in names}
+    assert {t for t in tops if not t.endswith(".dist-info")} == {"voxwire"}
+    assert "voxwire/brisvox/schema.json" in names and "voxwire/_codec.py" in names
+    assert not [n for n in names if "__pycache__" in n or n.startswith(("codegen/", "tests/"))]
