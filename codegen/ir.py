@@ -10,7 +10,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from codegen import names
 from codegen.loader import PathT, Problem, RawSpec, SpecError
@@ -243,7 +243,7 @@ class FrameExample:
 class Frame:
     name: str
     description: str
-    byte_order: str
+    byte_order: Literal["little", "big"]
     size: int
     error: str
     fields: tuple[FrameField, ...]

@@ -22,7 +22,7 @@ NOT_EXPRESSIBLE = (
     "a rule that a set field must be true rather than present (requires on non-booleans)",
 )
 
-_PRIMITIVE = {
+_PRIMITIVE: dict[str, dict[str, Any]] = {
     "string": {"type": "string"},
     "integer": {"type": "integer"},
     "number": {"type": "number"},
@@ -159,7 +159,7 @@ def _value(ref: TypeRef, f: Field) -> dict[str, Any]:
         return {"$ref": f"#/$defs/{ref.enum.name}"}
     if ref.kind == "struct":
         return {"$ref": f"#/$defs/{ref.struct}"}
-    schema = dict(_PRIMITIVE[ref.kind])
+    schema: dict[str, Any] = dict(_PRIMITIVE[ref.kind])
     if ref.kind == "string":
         patterns = [p for p in (f.pattern, r"\S" if f.not_blank else None) if p]
         if len(patterns) == 1:

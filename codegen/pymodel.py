@@ -12,7 +12,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from codegen import names
-from codegen.ir import JSON_SAFE_INTEGER, Bound, Enum, Field, Protocol, Rule, TypeRef
+from codegen.ir import (
+    JSON_SAFE_INTEGER,
+    Bound,
+    Enum,
+    Field,
+    Message,
+    Protocol,
+    Rule,
+    Struct,
+    TypeRef,
+)
 
 __all__ = [
     "PyCheck",
@@ -493,8 +503,9 @@ class _Builder:
         return names.pattern(sorted(self.patterns()).index(pattern))
 
     def patterns(self) -> set[str]:
+        owners: list[Struct | Message] = [*self.p.structs, *self.p.messages]
         found = set()
-        for owner in [*self.p.structs, *self.p.messages]:
+        for owner in owners:
             for f in owner.fields:
                 if f.pattern is not None:
                     found.add(f.pattern)

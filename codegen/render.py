@@ -294,7 +294,8 @@ def _referenced_constants(fields: Iterable[Field]) -> set[str]:
 
 
 def _all_fields(p: Protocol) -> list[Field]:
-    return [f for owner in (*p.structs, *p.messages) for f in owner.fields]
+    owners: list[Struct | Message] = [*p.structs, *p.messages]
+    return [f for owner in owners for f in owner.fields]
 
 
 def _messages(model: PyModel, header: str) -> str:
@@ -323,7 +324,7 @@ def _messages(model: PyModel, header: str) -> str:
         [e.name for e in model.enums]
         + [c.name for c in model.structs]
         + [c.name for c in model.messages]
-        + [s["union"] for s in senders]
+        + [s.union_name for s in p.senders]
         + ["MESSAGE_TYPES", "Message", "Object"]
     )
     enum_bases = sorted({e.base for e in model.enums}) or ["StrEnum"]
