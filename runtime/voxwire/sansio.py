@@ -1,0 +1,39 @@
+"""The actions a sans-I/O protocol core returns to its adapter.
+
+A core (``voxwire.brisvox.core``, ``voxwire.ovp.core``) takes what arrived (a text or binary
+message, the time) and returns a list of actions; it never touches a socket, a task or a clock.
+The asyncio adapter performs the actions in order: it writes, closes, and hands events to the
+application. Each protocol adds its own event types; these are the actions every core shares.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Action", "Close", "SendBinary", "SendText"]
+
+
+@dataclass(frozen=True, slots=True)
+class SendText:
+    """Write one text message (already encoded, UTF-8 JSON)."""
+
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SendBinary:
+    """Write one binary message."""
+
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    """Close the WebSocket with ``code`` and ``reason`` (after the sends before it)."""
+
+    code: int
+    reason: str = ""
+
+
+Action = SendText | SendBinary | Close
+"""What every core may ask its adapter to do; protocol cores add event types of their own."""
