@@ -7,7 +7,9 @@ generated check) is made here.
 
 from __future__ import annotations
 
+import json
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +17,7 @@ from codegen import names
 from codegen.ir import (
     JSON_SAFE_INTEGER,
     Bound,
+    Constant,
     Enum,
     Field,
     Message,
@@ -113,6 +116,44 @@ def wrap(paragraphs: list[str], indent: int) -> list[str]:
             lines.append("")
         lines.extend(textwrap.wrap(paragraph, width, break_on_hyphens=False) or [""])
     return lines
+
+
+def limit_phrases(f: Field, constant: Callable[[Constant], str], quote: str) -> list[str]:
+    """The limits of ``f`` in words ("≤ 4096 UTF-8 bytes (MAX_LINE_BYTES)", "not blank").
+
+    ``constant`` spells a constant (a name in a docstring, a link in the reference), ``quote``
+    marks code ("``" in reST docstrings, "`" in Markdown).
+    """
+
+    def bound(value: Bound, unit: str) -> str:
+        named = f" ({constant(value.constant)})" if value.constant is not None else ""
+        return " ".join(part for part in (str(value.value), unit) if part) + named
+
+    out = []
+    unit_len = "characters" if f.type.kind == "string" else "items"
+    if f.has_const:
+        out.append(f"always {quote}{json.dumps(f.const)}{quote}")
+    if f.minimum is not None and f.minimum.value != -JSON_SAFE_INTEGER:
+        out.append("≥ " + bound(f.minimum, ""))
+    if f.maximum is not None and f.maximum.value != JSON_SAFE_INTEGER:
+        out.append("≤ " + bound(f.maximum, ""))
+    for value, sign, unit in (
+        (f.min_length, "≥", unit_len),
+        (f.max_length, "≤", unit_len),
+        (f.min_bytes, "≥", "UTF-8 bytes"),
+        (f.max_bytes, "≤", "UTF-8 bytes"),
+    ):
+        if value is not None:
+            out.append(f"{sign} {bound(value, unit)}")
+    if f.pattern is not None:
+        out.append(f"matches {quote}{f.pattern}{quote}")
+    if f.not_blank:
+        out.append("not blank")
+    if f.unique_by is not None:
+        out.append("unique" if f.unique_by == "value" else f"unique {quote}{f.unique_by}{quote}")
+    if f.type.element.kind == "integer" and not out:
+        out.append("a JSON-safe integer")
+    return out
 
 
 def build(protocol: Protocol) -> PyModel:
@@ -253,7 +294,9 @@ class _Builder:
                 )
             else:
                 default = f'msgspec.field(name="{f.wire_name}", default={default})'
-        return PyField(f.py_name, annotation, default, docstring(f.description))
+        limits = limit_phrases(f, lambda c: c.py_name, "``")
+        rule = f"Limits: {', '.join(limits)}." if limits else ""
+        return PyField(f.py_name, annotation, default, docstring(f.description, rule))
 
     def _annotation(self, f: Field) -> str:
         ref = f.type

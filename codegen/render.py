@@ -22,7 +22,15 @@ import jinja2
 from codegen import names
 from codegen.ir import Constant, Field, Frame, Message, Protocol, Rule, Struct, TypeRef
 from codegen.jsonschema_export import export_schema
-from codegen.pymodel import LINE_LENGTH, PyModel, build, build_frames, docstring, wrap
+from codegen.pymodel import (
+    LINE_LENGTH,
+    PyModel,
+    build,
+    build_frames,
+    docstring,
+    limit_phrases,
+    wrap,
+)
 
 __all__ = ["RUFF_VERSION", "RenderError", "render"]
 
@@ -541,40 +549,12 @@ def _type_text(ref: TypeRef) -> str:
     return ref.kind
 
 
-def _bound_text(bound: Any, unit: str) -> str:
-    if bound.constant is not None:
-        link = f"[`{bound.constant.py_name}`](#{anchor('constant', bound.constant.name)})"
-        return " ".join(part for part in (str(bound.value), unit, f"({link})") if part)
-    return f"{bound.value} {unit}".strip()
+def _constant_link(constant: Constant) -> str:
+    return f"[`{constant.py_name}`](#{anchor('constant', constant.name)})"
 
 
 def _limits_text(f: Field) -> str:
-    out = []
-    element = f.type.element.kind
-    unit_len = "characters" if f.type.kind == "string" else "items"
-    if f.has_const:
-        out.append(f"always `{json.dumps(f.const)}`")
-    if f.minimum is not None and f.minimum.value != -(2**53 - 1):
-        out.append("≥ " + _bound_text(f.minimum, ""))
-    if f.maximum is not None and f.maximum.value != 2**53 - 1:
-        out.append("≤ " + _bound_text(f.maximum, ""))
-    if f.min_length is not None:
-        out.append("≥ " + _bound_text(f.min_length, unit_len))
-    if f.max_length is not None:
-        out.append("≤ " + _bound_text(f.max_length, unit_len))
-    if f.min_bytes is not None:
-        out.append("≥ " + _bound_text(f.min_bytes, "UTF-8 bytes"))
-    if f.max_bytes is not None:
-        out.append("≤ " + _bound_text(f.max_bytes, "UTF-8 bytes"))
-    if f.pattern is not None:
-        out.append(f"matches `{f.pattern}`")
-    if f.not_blank:
-        out.append("not blank")
-    if f.unique_by is not None:
-        out.append("unique" if f.unique_by == "value" else f"unique `{f.unique_by}`")
-    if element == "integer" and not out:
-        out.append("JSON-safe integer")
-    return ", ".join(out).replace("|", "\\|")
+    return ", ".join(limit_phrases(f, _constant_link, "`")).replace("|", "\\|")
 
 
 def _fields_table(fields: tuple[Field, ...]) -> str:

@@ -278,13 +278,22 @@ class ResumeInfo(Object, kw_only=True):
     """session.start.resume, present only when the server reconnects an existing call."""
 
     attempt: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
-    """The number of this attempt in the current outage, counted from 1."""
+    """The number of this attempt in the current outage, counted from 1.
+
+    Limits: ≥ 1.
+    """
 
     previous_seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
-    """The last seq written on the lost connection."""
+    """The last seq written on the lost connection.
+
+    Limits: ≥ 1.
+    """
 
     down_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
-    """Milliseconds since the link was lost."""
+    """Milliseconds since the link was lost.
+
+    Limits: ≥ 0.
+    """
 
 
 class CallIdentity(Object, kw_only=True):
@@ -323,19 +332,34 @@ class Metrics(Object, kw_only=True):
     """
 
     end_of_turn_ms: Annotated[float, Meta(ge=0)] | UnsetType | None = UNSET
-    """From the end of the user's speech to the end-of-turn decision."""
+    """From the end of the user's speech to the end-of-turn decision.
+
+    Limits: ≥ 0.
+    """
 
     stt_final_ms: Annotated[float, Meta(ge=0)] | UnsetType | None = UNSET
-    """Time to the STT's final transcript."""
+    """Time to the STT's final transcript.
+
+    Limits: ≥ 0.
+    """
 
     llm_ttft_ms: Annotated[float, Meta(ge=0)] | UnsetType | None = UNSET
-    """Time to the LLM's first token."""
+    """Time to the LLM's first token.
+
+    Limits: ≥ 0.
+    """
 
     tts_ttfb_ms: Annotated[float, Meta(ge=0)] | UnsetType | None = UNSET
-    """Time to the TTS's first audio byte."""
+    """Time to the TTS's first audio byte.
+
+    Limits: ≥ 0.
+    """
 
     response_ms: Annotated[float, Meta(ge=0)] | UnsetType | None = UNSET
-    """From the end of the user's turn to the bot's first audio."""
+    """From the end of the user's turn to the bot's first audio.
+
+    Limits: ≥ 0.
+    """
 
 
 class TokenUsage(Object, kw_only=True):
@@ -344,23 +368,38 @@ class TokenUsage(Object, kw_only=True):
     """
 
     input_tokens: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)] = 0
-    """Input tokens."""
+    """Input tokens.
+
+    Limits: ≥ 0.
+    """
 
     cached_input_tokens: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)] = 0
-    """The part of input_tokens served from the provider's prompt cache."""
+    """The part of input_tokens served from the provider's prompt cache.
+
+    Limits: ≥ 0.
+    """
 
     output_tokens: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)] = 0
-    """Output tokens."""
+    """Output tokens.
+
+    Limits: ≥ 0.
+    """
 
 
 class StageLatency(Object, kw_only=True):
     """Average and worst value of one latency stage over the turns of a call."""
 
     avg_ms: Annotated[float, Meta(ge=0)]
-    """Average over the turns, in milliseconds."""
+    """Average over the turns, in milliseconds.
+
+    Limits: ≥ 0.
+    """
 
     max_ms: Annotated[float, Meta(ge=0)]
-    """Worst turn, in milliseconds."""
+    """Worst turn, in milliseconds.
+
+    Limits: ≥ 0.
+    """
 
 
 class LatencySummary(Object, kw_only=True):
@@ -394,16 +433,28 @@ class LlmUsage(Object, kw_only=True):
     """The model."""
 
     input_tokens: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)] = 0
-    """Input tokens."""
+    """Input tokens.
+
+    Limits: ≥ 0.
+    """
 
     cached_input_tokens: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)] = 0
-    """The part of input_tokens served from the prompt cache."""
+    """The part of input_tokens served from the prompt cache.
+
+    Limits: ≥ 0.
+    """
 
     output_tokens: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)] = 0
-    """Output tokens."""
+    """Output tokens.
+
+    Limits: ≥ 0.
+    """
 
     responses_without_usage: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)] = 0
-    """Responses that reported no usage: the token counts are lower bounds by those."""
+    """Responses that reported no usage: the token counts are lower bounds by those.
+
+    Limits: ≥ 0.
+    """
 
 
 class SttUsage(Object, kw_only=True):
@@ -416,7 +467,10 @@ class SttUsage(Object, kw_only=True):
     """The model."""
 
     audio_seconds: Annotated[float, Meta(ge=0)] = 0
-    """Seconds of audio sent to the STT."""
+    """Seconds of audio sent to the STT.
+
+    Limits: ≥ 0.
+    """
 
 
 class TtsUsage(Object, kw_only=True):
@@ -429,7 +483,10 @@ class TtsUsage(Object, kw_only=True):
     """The voice or model."""
 
     characters: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)] = 0
-    """Characters sent to the TTS."""
+    """Characters sent to the TTS.
+
+    Limits: ≥ 0.
+    """
 
 
 class UsageSummary(Object, kw_only=True):
@@ -471,10 +528,16 @@ class ToolDeclaration(Object, kw_only=True):
     ]
     """1 to max_tool_name_length ASCII letters, digits, _ or -; unique within the accept.
     confirm_pending is reserved for the built-in confirmation tool.
+
+    Limits: ≥ 1 characters, ≤ 64 characters (MAX_TOOL_NAME_LENGTH), matches
+    ``^[A-Za-z0-9_-]{1,64}$``.
     """
 
     description: str
-    """What the tool does, for the model. Not blank."""
+    """What the tool does, for the model. Not blank.
+
+    Limits: not blank.
+    """
 
     parameters: dict[str, Any]
     """A JSON Schema of type object for the arguments, with no remote $ref. The engine validates
@@ -485,11 +548,16 @@ class ToolDeclaration(Object, kw_only=True):
     """read_only or side_effect."""
 
     timeout_ms: Annotated[int, Meta(ge=MIN_TOOL_TIMEOUT_MS, le=MAX_TOOL_TIMEOUT_MS)] = 5000
-    """The engine's wait for a result, 1 to 30000 ms; default_tool_timeout_ms (5000) when absent."""
+    """The engine's wait for a result, 1 to 30000 ms; default_tool_timeout_ms (5000) when absent.
+
+    Limits: ≥ 1 (MIN_TOOL_TIMEOUT_MS), ≤ 30000 (MAX_TOOL_TIMEOUT_MS).
+    """
 
     filler_after_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)] = 700
     """The bot says a filler phrase after this long without a result; 0 disables it.
     default_filler_after_ms (700) when absent.
+
+    Limits: ≥ 0.
     """
 
     confirm: bool = False
@@ -511,7 +579,10 @@ class ContextMessage(Object, kw_only=True):
     """system, user or assistant."""
 
     text: str
-    """The message's text. Not blank."""
+    """The message's text. Not blank.
+
+    Limits: not blank.
+    """
 
 
 class SessionStart(Message, tag="session.start", kw_only=True):
@@ -525,31 +596,49 @@ class SessionStart(Message, tag="session.start", kw_only=True):
     """
 
     type: ClassVar[Literal["session.start"]] = "session.start"
+
     seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
     """Message number on the call: 1 for the session.start of a fresh call, then one more for
     every message the server writes. Seq order is write order, and a seq is never repeated
     within a call, reconnections included.
+
+    Limits: ≥ 1.
     """
+
     t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """Milliseconds on the call's clock since the call's first link opened: 0 in the first
     session.start, continuing across reconnections.
+
+    Limits: ≥ 0.
     """
+
     protocol: Literal["brisvox.agent"]
-    """Always brisvox.agent (protocol_name)."""
+    """Always brisvox.agent (protocol_name).
+
+    Limits: always ``"brisvox.agent"``.
+    """
+
     versions: list[Annotated[int, Meta(ge=-JSON_SAFE_INTEGER, le=JSON_SAFE_INTEGER)]]
     """The versions the server speaks, [1] in this build. The agent picks the highest one it also
     speaks.
+
+    Limits: a JSON-safe integer.
     """
+
     session_id: str
     """The call's id, for example "42"; the key of a resumption."""
+
     agent: str
     """The name of the call's agent definition, for example "luigi"."""
+
     capabilities: Capabilities
     """What the server can do on this call."""
+
     resume: ResumeInfo | UnsetType | None = UNSET
     """Present only when the server reconnects a call whose agent declared resume; its accept
     must then carry resume true.
     """
+
     call: CallIdentity | UnsetType | None = UNSET
     """Who is on the line, when the agent definition opted in and the call has a carrier; absent
     otherwise.
@@ -568,26 +657,46 @@ class SessionAccept(Message, tag="session.accept", kw_only=True):
     """
 
     type: ClassVar[Literal["session.accept"]] = "session.accept"
+
     version: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
-    """The version the agent picked from session.start.versions (the highest common one)."""
+    """The version the agent picked from session.start.versions (the highest common one).
+
+    Limits: ≥ 1.
+    """
+
     tools: Annotated[list[ToolDeclaration], Meta(max_length=MAX_TOOLS)]
     """The remote tools the agent implements, possibly empty. Ignored in the accept of a
     resumption, where a restarted agent must still declare the same tools.
+
+    Limits: ≤ 64 items (MAX_TOOLS), unique ``name``.
     """
+
     system_prompt: str | UnsetType = UNSET
     """Replaces the agent definition's system prompt (with a flow, the node's prompt, until the
     next transition). Ignored in a resumption.
+
+    Limits: ≤ 65536 UTF-8 bytes (MAX_SYSTEM_PROMPT_BYTES).
     """
+
     context: Annotated[list[ContextMessage], Meta(max_length=MAX_CONTEXT_MESSAGES)] | UnsetType = (
         UNSET
     )
-    """The initial conversation. Ignored in a resumption."""
+    """The initial conversation. Ignored in a resumption.
+
+    Limits: ≤ 32 items (MAX_CONTEXT_MESSAGES).
+    """
+
     greeting: str | UnsetType = UNSET
-    """A bot line spoken at once, like a say. Ignored in a resumption."""
+    """A bot line spoken at once, like a say. Ignored in a resumption.
+
+    Limits: ≤ 4096 UTF-8 bytes (MAX_LINE_BYTES), not blank.
+    """
+
     events: list[EventType] | UnsetType = UNSET
     """The event types to receive: absent means every event, [] none. The always-delivered
     messages come regardless. In a resumption it re-selects the subscription.
     """
+
     resume: bool = False
     """True promises to keep the call's state (keyed by session_id) for a while after a lost
     link, so the server reconnects instead of giving up. Required to be true in the answer to
@@ -605,10 +714,12 @@ class SessionReject(Message, tag="session.reject", kw_only=True):
     """
 
     type: ClassVar[Literal["session.reject"]] = "session.reject"
+
     code: str
     """Why: unsupported_version, unknown_session, unavailable, or any string the application
     chooses.
     """
+
     message: str | UnsetType = UNSET
     """A human-readable explanation, for the server's log."""
 
@@ -623,15 +734,22 @@ class SessionEnd(Message, tag="session.end", kw_only=True):
     """
 
     type: ClassVar[Literal["session.end"]] = "session.end"
+
     seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
     """Message number on the call: 1 for the session.start of a fresh call, then one more for
     every message the server writes. Seq order is write order, and a seq is never repeated
     within a call, reconnections included.
+
+    Limits: ≥ 1.
     """
+
     t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """Milliseconds on the call's clock since the call's first link opened: 0 in the first
     session.start, continuing across reconnections.
+
+    Limits: ≥ 0.
     """
+
     reason: str
     """Why the call ended (call_ended, hangup, ended_by_agent, or a newer reason)."""
 
@@ -646,23 +764,43 @@ class SessionUsage(Message, tag="session.usage", kw_only=True):
     """
 
     type: ClassVar[Literal["session.usage"]] = "session.usage"
+
     seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
     """Message number on the call: 1 for the session.start of a fresh call, then one more for
     every message the server writes. Seq order is write order, and a seq is never repeated
     within a call, reconnections included.
+
+    Limits: ≥ 1.
     """
+
     t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """Milliseconds on the call's clock since the call's first link opened: 0 in the first
     session.start, continuing across reconnections.
+
+    Limits: ≥ 0.
     """
+
     duration_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
-    """From the start to the end of the call, on the server's clock."""
+    """From the start to the end of the call, on the server's clock.
+
+    Limits: ≥ 0.
+    """
+
     turns: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
-    """Turns that finished."""
+    """Turns that finished.
+
+    Limits: ≥ 0.
+    """
+
     interrupted_turns: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
-    """Of turns, the ones the caller interrupted."""
+    """Of turns, the ones the caller interrupted.
+
+    Limits: ≥ 0.
+    """
+
     latency: LatencySummary | UnsetType | None = UNSET
     """Average and worst latency per stage."""
+
     usage: UsageSummary | UnsetType | None = UNSET
     """The providers' units (LLM tokens, STT audio seconds, TTS characters)."""
 
@@ -677,17 +815,27 @@ class TurnUserStarted(Message, tag="turn.user_started", kw_only=True):
     """
 
     type: ClassVar[Literal["turn.user_started"]] = "turn.user_started"
+
     seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
     """Message number on the call: 1 for the session.start of a fresh call, then one more for
     every message the server writes. Seq order is write order, and a seq is never repeated
     within a call, reconnections included.
+
+    Limits: ≥ 1.
     """
+
     t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """Milliseconds on the call's clock since the call's first link opened: 0 in the first
     session.start, continuing across reconnections.
+
+    Limits: ≥ 0.
     """
+
     epoch: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
-    """The engine's turn number."""
+    """The engine's turn number.
+
+    Limits: ≥ 0.
+    """
 
 
 class TurnUserEnded(Message, tag="turn.user_ended", kw_only=True):
@@ -697,17 +845,27 @@ class TurnUserEnded(Message, tag="turn.user_ended", kw_only=True):
     """
 
     type: ClassVar[Literal["turn.user_ended"]] = "turn.user_ended"
+
     seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
     """Message number on the call: 1 for the session.start of a fresh call, then one more for
     every message the server writes. Seq order is write order, and a seq is never repeated
     within a call, reconnections included.
+
+    Limits: ≥ 1.
     """
+
     t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """Milliseconds on the call's clock since the call's first link opened: 0 in the first
     session.start, continuing across reconnections.
+
+    Limits: ≥ 0.
     """
+
     epoch: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
-    """The engine's turn number."""
+    """The engine's turn number.
+
+    Limits: ≥ 0.
+    """
 
 
 class TurnBotStarted(Message, tag="turn.bot_started", kw_only=True):
@@ -717,17 +875,27 @@ class TurnBotStarted(Message, tag="turn.bot_started", kw_only=True):
     """
 
     type: ClassVar[Literal["turn.bot_started"]] = "turn.bot_started"
+
     seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
     """Message number on the call: 1 for the session.start of a fresh call, then one more for
     every message the server writes. Seq order is write order, and a seq is never repeated
     within a call, reconnections included.
+
+    Limits: ≥ 1.
     """
+
     t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """Milliseconds on the call's clock since the call's first link opened: 0 in the first
     session.start, continuing across reconnections.
+
+    Limits: ≥ 0.
     """
+
     epoch: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
-    """The turn whose audio started."""
+    """The turn whose audio started.
+
+    Limits: ≥ 0.
+    """
 
 
 class TurnBotEnded(Message, tag="turn.bot_ended", kw_only=True):
@@ -737,17 +905,27 @@ class TurnBotEnded(Message, tag="turn.bot_ended", kw_only=True):
     """
 
     type: ClassVar[Literal["turn.bot_ended"]] = "turn.bot_ended"
+
     seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
     """Message number on the call: 1 for the session.start of a fresh call, then one more for
     every message the server writes. Seq order is write order, and a seq is never repeated
     within a call, reconnections included.
+
+    Limits: ≥ 1.
     """
+
     t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """Milliseconds on the call's clock since the call's first link opened: 0 in the first
     session.start, continuing across reconnections.
+
+    Limits: ≥ 0.
     """
+
     epoch: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
-    """The turn whose audio ended."""
+    """The turn whose audio ended.
+
+    Limits: ≥ 0.
+    """
 
 
 class TurnInterrupted(Message, tag="turn.interrupted", kw_only=True):
@@ -757,17 +935,27 @@ class TurnInterrupted(Message, tag="turn.interrupted", kw_only=True):
     """
 
     type: ClassVar[Literal["turn.interrupted"]] = "turn.interrupted"
+
     seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
     """Message number on the call: 1 for the session.start of a fresh call, then one more for
     every message the server writes. Seq order is write order, and a seq is never repeated
     within a call, reconnections included.
+
+    Limits: ≥ 1.
     """
+
     t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """Milliseconds on the call's clock since the call's first link opened: 0 in the first
     session.start, continuing across reconnections.
+
+    Limits: ≥ 0.
     """
+
     epoch: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
-    """The epoch the call moved to."""
+    """The epoch the call moved to.
+
+    Limits: ≥ 0.
+    """
 
 
 class TurnMetrics(Message, tag="turn.metrics", kw_only=True):
@@ -777,17 +965,28 @@ class TurnMetrics(Message, tag="turn.metrics", kw_only=True):
     """
 
     type: ClassVar[Literal["turn.metrics"]] = "turn.metrics"
+
     seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
     """Message number on the call: 1 for the session.start of a fresh call, then one more for
     every message the server writes. Seq order is write order, and a seq is never repeated
     within a call, reconnections included.
+
+    Limits: ≥ 1.
     """
+
     t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """Milliseconds on the call's clock since the call's first link opened: 0 in the first
     session.start, continuing across reconnections.
+
+    Limits: ≥ 0.
     """
+
     epoch: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
-    """The turn measured."""
+    """The turn measured.
+
+    Limits: ≥ 0.
+    """
+
     metrics: Metrics | UnsetType | None = UNSET
     """The turn's latencies; a value no stage measured is absent or null."""
 
@@ -801,17 +1000,25 @@ class UserTranscript(Message, tag="user.transcript", kw_only=True):
     """
 
     type: ClassVar[Literal["user.transcript"]] = "user.transcript"
+
     seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
     """Message number on the call: 1 for the session.start of a fresh call, then one more for
     every message the server writes. Seq order is write order, and a seq is never repeated
     within a call, reconnections included.
+
+    Limits: ≥ 1.
     """
+
     t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """Milliseconds on the call's clock since the call's first link opened: 0 in the first
     session.start, continuing across reconnections.
+
+    Limits: ≥ 0.
     """
+
     text: str
     """The segment's text."""
+
     final: bool
     """True for a final segment, false for an interim one."""
 
@@ -823,17 +1030,28 @@ class UserText(Message, tag="user.text", kw_only=True):
     """
 
     type: ClassVar[Literal["user.text"]] = "user.text"
+
     seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
     """Message number on the call: 1 for the session.start of a fresh call, then one more for
     every message the server writes. Seq order is write order, and a seq is never repeated
     within a call, reconnections included.
+
+    Limits: ≥ 1.
     """
+
     t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """Milliseconds on the call's clock since the call's first link opened: 0 in the first
     session.start, continuing across reconnections.
+
+    Limits: ≥ 0.
     """
+
     epoch: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
-    """The user turn."""
+    """The user turn.
+
+    Limits: ≥ 0.
+    """
+
     text: str
     """The turn's text."""
 
@@ -845,17 +1063,27 @@ class BotLlmStarted(Message, tag="bot.llm_started", kw_only=True):
     """
 
     type: ClassVar[Literal["bot.llm_started"]] = "bot.llm_started"
+
     seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
     """Message number on the call: 1 for the session.start of a fresh call, then one more for
     every message the server writes. Seq order is write order, and a seq is never repeated
     within a call, reconnections included.
+
+    Limits: ≥ 1.
     """
+
     t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """Milliseconds on the call's clock since the call's first link opened: 0 in the first
     session.start, continuing across reconnections.
+
+    Limits: ≥ 0.
     """
+
     epoch: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
-    """The response's turn."""
+    """The response's turn.
+
+    Limits: ≥ 0.
+    """
 
 
 class BotText(Message, tag="bot.text", kw_only=True):
@@ -865,17 +1093,28 @@ class BotText(Message, tag="bot.text", kw_only=True):
     """
 
     type: ClassVar[Literal["bot.text"]] = "bot.text"
+
     seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
     """Message number on the call: 1 for the session.start of a fresh call, then one more for
     every message the server writes. Seq order is write order, and a seq is never repeated
     within a call, reconnections included.
+
+    Limits: ≥ 1.
     """
+
     t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """Milliseconds on the call's clock since the call's first link opened: 0 in the first
     session.start, continuing across reconnections.
+
+    Limits: ≥ 0.
     """
+
     epoch: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
-    """The response's turn."""
+    """The response's turn.
+
+    Limits: ≥ 0.
+    """
+
     text: str
     """The delta."""
 
@@ -887,17 +1126,28 @@ class BotLlmStopped(Message, tag="bot.llm_stopped", kw_only=True):
     """
 
     type: ClassVar[Literal["bot.llm_stopped"]] = "bot.llm_stopped"
+
     seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
     """Message number on the call: 1 for the session.start of a fresh call, then one more for
     every message the server writes. Seq order is write order, and a seq is never repeated
     within a call, reconnections included.
+
+    Limits: ≥ 1.
     """
+
     t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """Milliseconds on the call's clock since the call's first link opened: 0 in the first
     session.start, continuing across reconnections.
+
+    Limits: ≥ 0.
     """
+
     epoch: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
-    """The response's turn."""
+    """The response's turn.
+
+    Limits: ≥ 0.
+    """
+
     usage: TokenUsage | UnsetType | None = UNSET
     """The provider's token counts, summed over the rounds of the turn; absent or null when the
     provider reported nothing (an older server sends none).
@@ -911,17 +1161,28 @@ class BotTtsText(Message, tag="bot.tts_text", kw_only=True):
     """
 
     type: ClassVar[Literal["bot.tts_text"]] = "bot.tts_text"
+
     seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
     """Message number on the call: 1 for the session.start of a fresh call, then one more for
     every message the server writes. Seq order is write order, and a seq is never repeated
     within a call, reconnections included.
+
+    Limits: ≥ 1.
     """
+
     t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """Milliseconds on the call's clock since the call's first link opened: 0 in the first
     session.start, continuing across reconnections.
+
+    Limits: ≥ 0.
     """
+
     epoch: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
-    """The response's turn."""
+    """The response's turn.
+
+    Limits: ≥ 0.
+    """
+
     text: str
     """The chunk."""
 
@@ -933,17 +1194,27 @@ class BotTtsStopped(Message, tag="bot.tts_stopped", kw_only=True):
     """
 
     type: ClassVar[Literal["bot.tts_stopped"]] = "bot.tts_stopped"
+
     seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
     """Message number on the call: 1 for the session.start of a fresh call, then one more for
     every message the server writes. Seq order is write order, and a seq is never repeated
     within a call, reconnections included.
+
+    Limits: ≥ 1.
     """
+
     t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """Milliseconds on the call's clock since the call's first link opened: 0 in the first
     session.start, continuing across reconnections.
+
+    Limits: ≥ 0.
     """
+
     epoch: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
-    """The response's turn."""
+    """The response's turn.
+
+    Limits: ≥ 0.
+    """
 
 
 class ErrorEvent(Message, tag="error", kw_only=True):
@@ -957,21 +1228,30 @@ class ErrorEvent(Message, tag="error", kw_only=True):
     """
 
     type: ClassVar[Literal["error"]] = "error"
+
     seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
     """Message number on the call: 1 for the session.start of a fresh call, then one more for
     every message the server writes. Seq order is write order, and a seq is never repeated
     within a call, reconnections included.
+
+    Limits: ≥ 1.
     """
+
     t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """Milliseconds on the call's clock since the call's first link opened: 0 in the first
     session.start, continuing across reconnections.
+
+    Limits: ≥ 0.
     """
+
     stage: str
     """The stage that reported it; agent_link for the link's own refusals."""
+
     message: str
     """What went wrong. With stage agent_link it is "<code>: <text>", the code being one of the
     protocol's error codes.
     """
+
     fatal: bool
     """True when the stage cannot go on."""
 
@@ -986,17 +1266,27 @@ class EventsLost(Message, tag="events.lost", kw_only=True):
     """
 
     type: ClassVar[Literal["events.lost"]] = "events.lost"
+
     seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
     """Message number on the call: 1 for the session.start of a fresh call, then one more for
     every message the server writes. Seq order is write order, and a seq is never repeated
     within a call, reconnections included.
+
+    Limits: ≥ 1.
     """
+
     t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """Milliseconds on the call's clock since the call's first link opened: 0 in the first
     session.start, continuing across reconnections.
+
+    Limits: ≥ 0.
     """
+
     count: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
-    """How many events were lost."""
+    """How many events were lost.
+
+    Limits: ≥ 0.
+    """
 
 
 class ToolCall(Message, tag="tool.call", kw_only=True):
@@ -1010,32 +1300,50 @@ class ToolCall(Message, tag="tool.call", kw_only=True):
     """
 
     type: ClassVar[Literal["tool.call"]] = "tool.call"
+
     seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
     """Message number on the call: 1 for the session.start of a fresh call, then one more for
     every message the server writes. Seq order is write order, and a seq is never repeated
     within a call, reconnections included.
+
+    Limits: ≥ 1.
     """
+
     t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """Milliseconds on the call's clock since the call's first link opened: 0 in the first
     session.start, continuing across reconnections.
+
+    Limits: ≥ 0.
     """
+
     id: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """The link's request id, echoed by tool.result and tool.cancel. It never repeats within a
     call, reconnections included.
+
+    Limits: ≥ 0.
     """
+
     call_id: str
     """The tool-call id inside the conversation (the LLM's call id)."""
+
     name: str
     """The tool name as declared. Not checked against the name pattern on decode: a call that
     failed decoding would never be answered, while an unknown name is answered with an error
     result.
     """
+
     arguments: dict[str, Any]
     """The arguments, already validated against the declared parameters."""
+
     kind: ToolKind
     """The declared kind."""
+
     epoch: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
-    """The turn the call belongs to."""
+    """The turn the call belongs to.
+
+    Limits: ≥ 0.
+    """
+
     idempotency_key: Annotated[
         str,
         Meta(
@@ -1046,10 +1354,16 @@ class ToolCall(Message, tag="tool.call", kw_only=True):
     ]
     """16 hexadecimal digits, stable for this tool call only (not across turns or phone calls):
     pass it to APIs that deduplicate a redelivery.
+
+    Limits: ≥ 16 characters (IDEMPOTENCY_KEY_LENGTH), ≤ 16 characters
+    (IDEMPOTENCY_KEY_LENGTH), matches ``^[0-9A-Fa-f]{16}$``.
     """
+
     timeout_ms: Annotated[int, Meta(ge=MIN_TOOL_TIMEOUT_MS, le=JSON_SAFE_INTEGER)]
     """The engine's wait for this call. No upper bound on decode: the server's tool timeout
     bounds are configurable.
+
+    Limits: ≥ 1 (MIN_TOOL_TIMEOUT_MS).
     """
 
 
@@ -1064,17 +1378,28 @@ class ToolCancel(Message, tag="tool.cancel", kw_only=True):
     """
 
     type: ClassVar[Literal["tool.cancel"]] = "tool.cancel"
+
     seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
     """Message number on the call: 1 for the session.start of a fresh call, then one more for
     every message the server writes. Seq order is write order, and a seq is never repeated
     within a call, reconnections included.
+
+    Limits: ≥ 1.
     """
+
     t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """Milliseconds on the call's clock since the call's first link opened: 0 in the first
     session.start, continuing across reconnections.
+
+    Limits: ≥ 0.
     """
+
     id: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
-    """The tool.call's id."""
+    """The tool.call's id.
+
+    Limits: ≥ 0.
+    """
+
     reason: ToolCancelReason
     """Why the server stopped waiting."""
 
@@ -1089,12 +1414,18 @@ class ToolResult(Message, tag="tool.result", kw_only=True):
     """
 
     type: ClassVar[Literal["tool.result"]] = "tool.result"
+
     id: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
-    """The tool.call's id."""
+    """The tool.call's id.
+
+    Limits: ≥ 0.
+    """
+
     result: Any | UnsetType | None = UNSET
     """The tool's result: a string reaches the LLM unchanged, any other JSON value in compact
     form; null is a valid result.
     """
+
     error: str | UnsetType = UNSET
     """A failure; it reaches the LLM as a tool_failed error result."""
 
@@ -1112,17 +1443,28 @@ class Say(Message, tag="say", kw_only=True):
     """
 
     type: ClassVar[Literal["say"]] = "say"
+
     id: str | UnsetType = UNSET
     """The command's id, echoed by its command.result. A command.result is sent only for a
     command that carries an id; a failure of a command without one is reported as an error
     event with stage agent_link.
+
+    Limits: ≥ 1 UTF-8 bytes, ≤ 64 UTF-8 bytes (MAX_COMMAND_ID_BYTES).
     """
+
     re: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)] | UnsetType = UNSET
     """The seq of the server event the command reacts to; the server measures the hop latency
     with it.
+
+    Limits: ≥ 1.
     """
+
     text: str
-    """The line to speak."""
+    """The line to speak.
+
+    Limits: ≤ 4096 UTF-8 bytes (MAX_LINE_BYTES), not blank.
+    """
+
     interrupt: bool = False
     """Drop the lines waiting before this one and cut a running response, like a barge-in (never
     the user: while the user speaks every line waits).
@@ -1141,19 +1483,33 @@ class End(Message, tag="end", kw_only=True):
     """
 
     type: ClassVar[Literal["end"]] = "end"
+
     id: str | UnsetType = UNSET
     """The command's id, echoed by its command.result. A command.result is sent only for a
     command that carries an id; a failure of a command without one is reported as an error
     event with stage agent_link.
+
+    Limits: ≥ 1 UTF-8 bytes, ≤ 64 UTF-8 bytes (MAX_COMMAND_ID_BYTES).
     """
+
     re: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)] | UnsetType = UNSET
     """The seq of the server event the command reacts to; the server measures the hop latency
     with it.
+
+    Limits: ≥ 1.
     """
+
     say: str | UnsetType = UNSET
-    """A farewell line, with the rules of say.text."""
+    """A farewell line, with the rules of say.text.
+
+    Limits: ≤ 4096 UTF-8 bytes (MAX_LINE_BYTES), not blank.
+    """
+
     reason: str | UnsetType = UNSET
-    """A note for the server's records."""
+    """A note for the server's records.
+
+    Limits: ≤ 512 UTF-8 bytes (MAX_NOTE_BYTES).
+    """
 
 
 class Transfer(Message, tag="transfer", kw_only=True):
@@ -1168,25 +1524,43 @@ class Transfer(Message, tag="transfer", kw_only=True):
     """
 
     type: ClassVar[Literal["transfer"]] = "transfer"
+
     id: str | UnsetType = UNSET
     """The command's id, echoed by its command.result. A command.result is sent only for a
     command that carries an id; a failure of a command without one is reported as an error
     event with stage agent_link.
+
+    Limits: ≥ 1 UTF-8 bytes, ≤ 64 UTF-8 bytes (MAX_COMMAND_ID_BYTES).
     """
+
     re: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)] | UnsetType = UNSET
     """The seq of the server event the command reacts to; the server measures the hop latency
     with it.
+
+    Limits: ≥ 1.
     """
+
     destination: Annotated[str, Meta(pattern=r"^\+[0-9]{8,15}\Z")]
     """An E.164 number: + and min_e164_digits to max_e164_digits ASCII digits, nothing else (no
     spaces, dashes, tel: or sip:).
+
+    Limits: matches ``^\\+[0-9]{8,15}$``.
     """
+
     mode: TransferMode = TransferMode.COLD
     """cold (the default) or warm."""
+
     summary: str | UnsetType = UNSET
-    """A summary for the person taking the call (warm transfer)."""
+    """A summary for the person taking the call (warm transfer).
+
+    Limits: ≤ 512 UTF-8 bytes (MAX_NOTE_BYTES).
+    """
+
     reason: str | UnsetType = UNSET
-    """A note for the server's records."""
+    """A note for the server's records.
+
+    Limits: ≤ 512 UTF-8 bytes (MAX_NOTE_BYTES).
+    """
 
 
 class ContextUpdate(Message, tag="context.update", kw_only=True):
@@ -1200,21 +1574,35 @@ class ContextUpdate(Message, tag="context.update", kw_only=True):
     """
 
     type: ClassVar[Literal["context.update"]] = "context.update"
+
     id: str | UnsetType = UNSET
     """The command's id, echoed by its command.result. A command.result is sent only for a
     command that carries an id; a failure of a command without one is reported as an error
     event with stage agent_link.
+
+    Limits: ≥ 1 UTF-8 bytes, ≤ 64 UTF-8 bytes (MAX_COMMAND_ID_BYTES).
     """
+
     re: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)] | UnsetType = UNSET
     """The seq of the server event the command reacts to; the server measures the hop latency
     with it.
+
+    Limits: ≥ 1.
     """
+
     system_prompt: str | UnsetType = UNSET
-    """The new system prompt."""
+    """The new system prompt.
+
+    Limits: ≤ 65536 UTF-8 bytes (MAX_SYSTEM_PROMPT_BYTES).
+    """
+
     append: Annotated[list[ContextMessage], Meta(max_length=MAX_CONTEXT_MESSAGES)] | UnsetType = (
         UNSET
     )
-    """Messages appended to the conversation, in order."""
+    """Messages appended to the conversation, in order.
+
+    Limits: ≤ 32 items (MAX_CONTEXT_MESSAGES).
+    """
 
 
 class ToolsSet(Message, tag="tools.set", kw_only=True):
@@ -1228,18 +1616,27 @@ class ToolsSet(Message, tag="tools.set", kw_only=True):
     """
 
     type: ClassVar[Literal["tools.set"]] = "tools.set"
+
     id: str | UnsetType = UNSET
     """The command's id, echoed by its command.result. A command.result is sent only for a
     command that carries an id; a failure of a command without one is reported as an error
     event with stage agent_link.
+
+    Limits: ≥ 1 UTF-8 bytes, ≤ 64 UTF-8 bytes (MAX_COMMAND_ID_BYTES).
     """
+
     re: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)] | UnsetType = UNSET
     """The seq of the server event the command reacts to; the server measures the hop latency
     with it.
+
+    Limits: ≥ 1.
     """
+
     enabled: Annotated[list[str], Meta(max_length=MAX_ENABLED_TOOLS)] | None
     """Names of the tools to offer, local and remote; null offers every tool again, [] none.
     Always written.
+
+    Limits: ≤ 64 items (MAX_ENABLED_TOOLS).
     """
 
 
@@ -1253,19 +1650,31 @@ class CommandResult(Message, tag="command.result", kw_only=True):
     """
 
     type: ClassVar[Literal["command.result"]] = "command.result"
+
     seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
     """Message number on the call: 1 for the session.start of a fresh call, then one more for
     every message the server writes. Seq order is write order, and a seq is never repeated
     within a call, reconnections included.
+
+    Limits: ≥ 1.
     """
+
     t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """Milliseconds on the call's clock since the call's first link opened: 0 in the first
     session.start, continuing across reconnections.
+
+    Limits: ≥ 0.
     """
+
     id: str
-    """The command's id."""
+    """The command's id.
+
+    Limits: ≥ 1 UTF-8 bytes, ≤ 64 UTF-8 bytes (MAX_COMMAND_ID_BYTES).
+    """
+
     ok: bool
     """Whether the command was applied."""
+
     error: CommandError | UnsetType | None = UNSET
     """Why it failed; present when ok is false."""
 

@@ -328,15 +328,23 @@ class CallInfo(Object, kw_only=True):
     """The SIP call the session serves."""
 
     call_id: Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS, pattern=r"^[!-~]+\Z")]
-    """Platform id of the call."""
+    """Platform id of the call.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_ID_CHARS), matches ``^[!-~]+$``.
+    """
 
     from_: Annotated[str, Meta(min_length=1, max_length=256)] = msgspec.field(name="from")
     """The calling party, E.164 (+14155551234) for PSTN calls, otherwise the SIP URI or the user
     part the SBC saw.
+
+    Limits: ≥ 1 characters, ≤ 256 characters, not blank.
     """
 
     to: Annotated[str, Meta(min_length=1, max_length=256)]
-    """The called party, E.164 for PSTN calls, otherwise the SIP URI or user part."""
+    """The called party, E.164 for PSTN calls, otherwise the SIP URI or user part.
+
+    Limits: ≥ 1 characters, ≤ 256 characters, not blank.
+    """
 
     direction: CallDirection
     """Who placed the call."""
@@ -353,7 +361,11 @@ class ToolDefinition(Object, kw_only=True):
     name: Annotated[
         str, Meta(min_length=1, max_length=MAX_TOOL_NAME_CHARS, pattern=r"^[A-Za-z0-9_-]+\Z")
     ]
-    """The tool's name, unique within the agent."""
+    """The tool's name, unique within the agent.
+
+    Limits: ≥ 1 characters, ≤ 64 characters (MAX_TOOL_NAME_CHARS), matches
+    ``^[A-Za-z0-9_-]+$``.
+    """
 
     description: str
     """What the tool does, as the LLM reads it."""
@@ -373,47 +385,81 @@ class AgentConfig(Object, kw_only=True):
     """The AI agent serving the call, as configured at session start."""
 
     agent_id: Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS, pattern=r"^[!-~]+\Z")]
-    """Platform id of the agent."""
+    """Platform id of the agent.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_ID_CHARS), matches ``^[!-~]+$``.
+    """
 
     name: Annotated[str, Meta(min_length=1, max_length=256)]
-    """Display name of the agent."""
+    """Display name of the agent.
+
+    Limits: ≥ 1 characters, ≤ 256 characters, not blank.
+    """
 
     instructions: str
     """The system prompt the LLM runs with."""
 
     model: Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS)]
-    """The LLM model id."""
+    """The LLM model id.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_ID_CHARS), not blank.
+    """
 
     voice_id: Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS)]
-    """The TTS voice id."""
+    """The TTS voice id.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_ID_CHARS), not blank.
+    """
 
     language: Annotated[
         str,
         Meta(max_length=MAX_LANGUAGE_TAG_CHARS, pattern=r"^[A-Za-z]{2,8}(-[A-Za-z0-9]{1,8})*\Z"),
     ]
-    """The conversation language, a BCP 47 tag (en-US)."""
+    """The conversation language, a BCP 47 tag (en-US).
+
+    Limits: ≤ 35 characters (MAX_LANGUAGE_TAG_CHARS), matches
+    ``^[A-Za-z]{2,8}(-[A-Za-z0-9]{1,8})*$``.
+    """
 
     speech_rate: Annotated[float, Meta(ge=SPEECH_RATE_MIN, le=SPEECH_RATE_MAX)] = 1.0
-    """Multiplier of the voice's normal speaking rate; 1.0 when absent."""
+    """Multiplier of the voice's normal speaking rate; 1.0 when absent.
+
+    Limits: ≥ 0.5 (SPEECH_RATE_MIN), ≤ 2.0 (SPEECH_RATE_MAX).
+    """
 
     tools: Annotated[list[ToolDefinition], Meta(max_length=MAX_TOOLS)]
-    """The tools the LLM may call; may be empty."""
+    """The tools the LLM may call; may be empty.
+
+    Limits: ≤ 128 items (MAX_TOOLS), unique ``name``.
+    """
 
 
 class AudioFormat(Object, kw_only=True):
     """The audio invariants of the session, the same in both directions."""
 
     sample_rate_hz: Literal[16000]
-    """Samples per second (sample_rate_hz)."""
+    """Samples per second (sample_rate_hz).
+
+    Limits: always ``16000``.
+    """
 
     sample_width_bits: Literal[16]
-    """Bits per signed little-endian sample (sample_width_bits)."""
+    """Bits per signed little-endian sample (sample_width_bits).
+
+    Limits: always ``16``.
+    """
 
     channels: Literal[1]
-    """Mono (channels)."""
+    """Mono (channels).
+
+    Limits: always ``1``.
+    """
 
     frame_ms: Literal[20]
-    """Milliseconds of audio per binary frame (frame_ms)."""
+    """Milliseconds of audio per binary frame (frame_ms).
+
+    Limits: always ``20``.
+    """
 
 
 class SessionPatch(Object, kw_only=True, forbid_unknown_fields=True):
@@ -422,7 +468,10 @@ class SessionPatch(Object, kw_only=True, forbid_unknown_fields=True):
     """
 
     voice_id: Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS)] | UnsetType = UNSET
-    """New TTS voice id."""
+    """New TTS voice id.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_ID_CHARS), not blank.
+    """
 
     language: (
         Annotated[
@@ -433,16 +482,29 @@ class SessionPatch(Object, kw_only=True, forbid_unknown_fields=True):
         ]
         | UnsetType
     ) = UNSET
-    """New conversation language, a BCP 47 tag (es-ES)."""
+    """New conversation language, a BCP 47 tag (es-ES).
+
+    Limits: ≤ 35 characters (MAX_LANGUAGE_TAG_CHARS), matches
+    ``^[A-Za-z]{2,8}(-[A-Za-z0-9]{1,8})*$``.
+    """
 
     model: Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS)] | UnsetType = UNSET
-    """New LLM model id."""
+    """New LLM model id.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_ID_CHARS), not blank.
+    """
 
     instructions: str | UnsetType = UNSET
-    """New system prompt; replaces the previous one."""
+    """New system prompt; replaces the previous one.
+
+    Limits: not blank.
+    """
 
     speech_rate: Annotated[float, Meta(ge=SPEECH_RATE_MIN, le=SPEECH_RATE_MAX)] | UnsetType = UNSET
-    """New speaking-rate multiplier (1.0 is normal)."""
+    """New speaking-rate multiplier (1.0 is normal).
+
+    Limits: ≥ 0.5 (SPEECH_RATE_MIN), ≤ 2.0 (SPEECH_RATE_MAX).
+    """
 
     caller_context: dict[str, Any] | UnsetType = UNSET
     """Data about the caller the agent may use (a CRM record, the account's status); replaces the
@@ -454,57 +516,102 @@ class Word(Object, kw_only=True):
     """One word of a transcript with its timing."""
 
     word: Annotated[str, Meta(min_length=1)]
-    """The word as recognised."""
+    """The word as recognised.
+
+    Limits: ≥ 1 characters.
+    """
 
     start_ms: Annotated[int, Meta(ge=0, le=MAX_ELAPSED_MS)]
-    """Where the word starts, in ms from the start of the utterance."""
+    """Where the word starts, in ms from the start of the utterance.
+
+    Limits: ≥ 0, ≤ 86400000 (MAX_ELAPSED_MS).
+    """
 
     end_ms: Annotated[int, Meta(ge=0, le=MAX_ELAPSED_MS)]
-    """Where the word ends, in ms from the start of the utterance; not below start_ms."""
+    """Where the word ends, in ms from the start of the utterance; not below start_ms.
+
+    Limits: ≥ 0, ≤ 86400000 (MAX_ELAPSED_MS).
+    """
 
     confidence: Annotated[float, Meta(ge=0, le=1)]
-    """The recogniser's confidence in the word, 0 to 1."""
+    """The recogniser's confidence in the word, 0 to 1.
+
+    Limits: ≥ 0, ≤ 1.
+    """
 
 
 class CostBreakdown(Object, kw_only=True):
     """Cost of the call so far by component, in USD micros (1 USD = 1000000)."""
 
     llm_usd_micros: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
-    """LLM tokens."""
+    """LLM tokens.
+
+    Limits: ≥ 0.
+    """
 
     stt_usd_micros: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
-    """Speech-to-text."""
+    """Speech-to-text.
+
+    Limits: ≥ 0.
+    """
 
     tts_usd_micros: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
-    """Text-to-speech."""
+    """Text-to-speech.
+
+    Limits: ≥ 0.
+    """
 
     voice_termination_usd_micros: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
-    """Telephony (SIP termination) minutes."""
+    """Telephony (SIP termination) minutes.
+
+    Limits: ≥ 0.
+    """
 
 
 class FinalStats(Object, kw_only=True):
     """Totals of the session, carried by session.end."""
 
     duration_ms: Annotated[int, Meta(ge=0, le=MAX_ELAPSED_MS)]
-    """Time from session.start to session.end."""
+    """Time from session.start to session.end.
+
+    Limits: ≥ 0, ≤ 86400000 (MAX_ELAPSED_MS).
+    """
 
     turns: Annotated[int, Meta(ge=0, le=4294967295)]
-    """Agent turns completed."""
+    """Agent turns completed.
+
+    Limits: ≥ 0, ≤ 4294967295.
+    """
 
     tool_calls: Annotated[int, Meta(ge=0, le=4294967295)]
-    """Tool invocations (agent.tool.invoke)."""
+    """Tool invocations (agent.tool.invoke).
+
+    Limits: ≥ 0, ≤ 4294967295.
+    """
 
     barge_ins: Annotated[int, Meta(ge=0, le=4294967295)]
-    """Times the caller spoke over the agent."""
+    """Times the caller spoke over the agent.
+
+    Limits: ≥ 0, ≤ 4294967295.
+    """
 
     client_frames: Annotated[int, Meta(ge=0, le=4294967295)]
-    """Binary frames received from the client."""
+    """Binary frames received from the client.
+
+    Limits: ≥ 0, ≤ 4294967295.
+    """
 
     server_frames: Annotated[int, Meta(ge=0, le=4294967295)]
-    """Binary frames sent to the client."""
+    """Binary frames sent to the client.
+
+    Limits: ≥ 0, ≤ 4294967295.
+    """
 
     total_cost_usd_micros: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
-    """Final cost of the call in USD micros; the sum of cost_breakdown."""
+    """Final cost of the call in USD micros; the sum of cost_breakdown.
+
+    Limits: ≥ 0.
+    """
 
     cost_breakdown: CostBreakdown
     """Final cost by component."""
@@ -522,11 +629,15 @@ class SessionStart(Message, tag="session.start", kw_only=True):
     """
 
     type: ClassVar[Literal["session.start"]] = "session.start"
+
     seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
     """Sequence number of the event within its direction. Strictly increasing per direction and
     per session; the server's and the client's counters are independent. session.start is seq
     0.
+
+    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
     """
+
     ts: Annotated[
         str,
         Meta(
@@ -535,19 +646,33 @@ class SessionStart(Message, tag="session.start", kw_only=True):
     ]
     """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
     to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
+
+    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
+    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
     """
+
     session_id: Annotated[
         str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS, pattern=r"^[A-Za-z0-9._~-]+\Z")
     ]
     """The session the event belongs to: the id in the endpoint path and in the token, echoed by
     session.start and carried by every event in both directions.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS), matches
+    ``^[A-Za-z0-9._~-]+$``.
     """
+
     protocol_version: Literal["1.0"]
-    """The protocol version (protocol_version)."""
+    """The protocol version (protocol_version).
+
+    Limits: always ``"1.0"``.
+    """
+
     call: CallInfo
     """The SIP call."""
+
     agent: AgentConfig
     """The agent's configuration and tools."""
+
     audio: AudioFormat
     """The audio invariants."""
 
@@ -563,11 +688,15 @@ class SessionUpdate(Message, tag="session.update", kw_only=True):
     """
 
     type: ClassVar[Literal["session.update"]] = "session.update"
+
     seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
     """Sequence number of the event within its direction. Strictly increasing per direction and
     per session; the server's and the client's counters are independent. session.start is seq
     0.
+
+    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
     """
+
     ts: Annotated[
         str,
         Meta(
@@ -576,13 +705,21 @@ class SessionUpdate(Message, tag="session.update", kw_only=True):
     ]
     """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
     to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
+
+    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
+    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
     """
+
     session_id: Annotated[
         str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS, pattern=r"^[A-Za-z0-9._~-]+\Z")
     ]
     """The session the event belongs to: the id in the endpoint path and in the token, echoed by
     session.start and carried by every event in both directions.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS), matches
+    ``^[A-Za-z0-9._~-]+$``.
     """
+
     patch: SessionPatch
     """The fields to change and their new values."""
 
@@ -600,11 +737,15 @@ class SessionResume(Message, tag="session.resume", kw_only=True):
     """
 
     type: ClassVar[Literal["session.resume"]] = "session.resume"
+
     seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
     """Sequence number of the event within its direction. Strictly increasing per direction and
     per session; the server's and the client's counters are independent. session.start is seq
     0.
+
+    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
     """
+
     ts: Annotated[
         str,
         Meta(
@@ -613,16 +754,26 @@ class SessionResume(Message, tag="session.resume", kw_only=True):
     ]
     """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
     to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
+
+    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
+    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
     """
+
     session_id: Annotated[
         str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS, pattern=r"^[A-Za-z0-9._~-]+\Z")
     ]
     """The session the event belongs to: the id in the endpoint path and in the token, echoed by
     session.start and carried by every event in both directions.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS), matches
+    ``^[A-Za-z0-9._~-]+$``.
     """
+
     last_server_seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
     """The seq of the last server event the client processed; the gateway replays every server
     event after it.
+
+    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
     """
 
 
@@ -637,11 +788,15 @@ class SessionEnd(Message, tag="session.end", kw_only=True):
     """
 
     type: ClassVar[Literal["session.end"]] = "session.end"
+
     seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
     """Sequence number of the event within its direction. Strictly increasing per direction and
     per session; the server's and the client's counters are independent. session.start is seq
     0.
+
+    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
     """
+
     ts: Annotated[
         str,
         Meta(
@@ -650,22 +805,34 @@ class SessionEnd(Message, tag="session.end", kw_only=True):
     ]
     """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
     to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
+
+    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
+    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
     """
+
     session_id: Annotated[
         str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS, pattern=r"^[A-Za-z0-9._~-]+\Z")
     ]
     """The session the event belongs to: the id in the endpoint path and in the token, echoed by
     session.start and carried by every event in both directions.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS), matches
+    ``^[A-Za-z0-9._~-]+$``.
     """
+
     reason: str
     """Why the session ended."""
+
     error_code: (
         Annotated[str, Meta(max_length=MAX_ERROR_CODE_CHARS, pattern=r"^[A-Z][A-Z0-9_]*\Z")]
         | UnsetType
     ) = UNSET
     """The code of the fatal error that ended the session, when one did (reason error,
     max_duration, spend_cap).
+
+    Limits: ≤ 64 characters (MAX_ERROR_CODE_CHARS), matches ``^[A-Z][A-Z0-9_]*$``.
     """
+
     stats: FinalStats
     """The session's totals."""
 
@@ -682,11 +849,15 @@ class AudioIngress(Message, tag="audio.ingress", kw_only=True):
     """
 
     type: ClassVar[Literal["audio.ingress"]] = "audio.ingress"
+
     seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
     """Sequence number of the event within its direction. Strictly increasing per direction and
     per session; the server's and the client's counters are independent. session.start is seq
     0.
+
+    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
     """
+
     ts: Annotated[
         str,
         Meta(
@@ -695,19 +866,39 @@ class AudioIngress(Message, tag="audio.ingress", kw_only=True):
     ]
     """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
     to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
+
+    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
+    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
     """
+
     session_id: Annotated[
         str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS, pattern=r"^[A-Za-z0-9._~-]+\Z")
     ]
     """The session the event belongs to: the id in the endpoint path and in the token, echoed by
     session.start and carried by every event in both directions.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS), matches
+    ``^[A-Za-z0-9._~-]+$``.
     """
+
     window_ms: Annotated[int, Meta(ge=1, le=60000)]
-    """Length of the window acknowledged."""
+    """Length of the window acknowledged.
+
+    Limits: ≥ 1, ≤ 60000.
+    """
+
     frames: Annotated[int, Meta(ge=1, le=65535)]
-    """Client frames ingested in the window."""
+    """Client frames ingested in the window.
+
+    Limits: ≥ 1, ≤ 65535.
+    """
+
     last_frame_seq: Annotated[int, Meta(ge=0, le=4294967295)]
-    """The frame_seq of the last client frame ingested."""
+    """The frame_seq of the last client frame ingested.
+
+    Limits: ≥ 0, ≤ 4294967295.
+    """
+
     speech: bool
     """True when voice activity was detected in the window."""
 
@@ -723,11 +914,15 @@ class AudioEgress(Message, tag="audio.egress", kw_only=True):
     """
 
     type: ClassVar[Literal["audio.egress"]] = "audio.egress"
+
     seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
     """Sequence number of the event within its direction. Strictly increasing per direction and
     per session; the server's and the client's counters are independent. session.start is seq
     0.
+
+    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
     """
+
     ts: Annotated[
         str,
         Meta(
@@ -736,22 +931,42 @@ class AudioEgress(Message, tag="audio.egress", kw_only=True):
     ]
     """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
     to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
+
+    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
+    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
     """
+
     session_id: Annotated[
         str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS, pattern=r"^[A-Za-z0-9._~-]+\Z")
     ]
     """The session the event belongs to: the id in the endpoint path and in the token, echoed by
     session.start and carried by every event in both directions.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS), matches
+    ``^[A-Za-z0-9._~-]+$``.
     """
+
     utterance_id: Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS, pattern=r"^[!-~]+\Z")]
-    """The TTS utterance."""
+    """The TTS utterance.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_ID_CHARS), matches ``^[!-~]+$``.
+    """
+
     turn_id: (
         Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS, pattern=r"^[!-~]+\Z")]
         | UnsetType
     ) = UNSET
-    """The agent turn the utterance speaks."""
+    """The agent turn the utterance speaks.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_ID_CHARS), matches ``^[!-~]+$``.
+    """
+
     bytes_sent: Annotated[int, Meta(ge=0, le=4294967295)]
-    """PCM bytes of the utterance sent so far (640 per frame)."""
+    """PCM bytes of the utterance sent so far (640 per frame).
+
+    Limits: ≥ 0, ≤ 4294967295.
+    """
+
     final: bool
     """True when the utterance's audio is complete."""
 
@@ -766,11 +981,15 @@ class AudioFlush(Message, tag="audio.flush", kw_only=True):
     """
 
     type: ClassVar[Literal["audio.flush"]] = "audio.flush"
+
     seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
     """Sequence number of the event within its direction. Strictly increasing per direction and
     per session; the server's and the client's counters are independent. session.start is seq
     0.
+
+    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
     """
+
     ts: Annotated[
         str,
         Meta(
@@ -779,20 +998,32 @@ class AudioFlush(Message, tag="audio.flush", kw_only=True):
     ]
     """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
     to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
+
+    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
+    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
     """
+
     session_id: Annotated[
         str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS, pattern=r"^[A-Za-z0-9._~-]+\Z")
     ]
     """The session the event belongs to: the id in the endpoint path and in the token, echoed by
     session.start and carried by every event in both directions.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS), matches
+    ``^[A-Za-z0-9._~-]+$``.
     """
+
     cause: FlushCause
     """Why the audio is discarded."""
+
     turn_id: (
         Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS, pattern=r"^[!-~]+\Z")]
         | UnsetType
     ) = UNSET
-    """The agent turn whose audio is discarded, when one was speaking."""
+    """The agent turn whose audio is discarded, when one was speaking.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_ID_CHARS), matches ``^[!-~]+$``.
+    """
 
 
 class TranscriptPartial(Message, tag="transcript.partial", kw_only=True):
@@ -805,11 +1036,15 @@ class TranscriptPartial(Message, tag="transcript.partial", kw_only=True):
     """
 
     type: ClassVar[Literal["transcript.partial"]] = "transcript.partial"
+
     seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
     """Sequence number of the event within its direction. Strictly increasing per direction and
     per session; the server's and the client's counters are independent. session.start is seq
     0.
+
+    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
     """
+
     ts: Annotated[
         str,
         Meta(
@@ -818,17 +1053,30 @@ class TranscriptPartial(Message, tag="transcript.partial", kw_only=True):
     ]
     """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
     to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
+
+    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
+    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
     """
+
     session_id: Annotated[
         str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS, pattern=r"^[A-Za-z0-9._~-]+\Z")
     ]
     """The session the event belongs to: the id in the endpoint path and in the token, echoed by
     session.start and carried by every event in both directions.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS), matches
+    ``^[A-Za-z0-9._~-]+$``.
     """
+
     utterance_id: Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS, pattern=r"^[!-~]+\Z")]
-    """The utterance; shared by its partials and its final."""
+    """The utterance; shared by its partials and its final.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_ID_CHARS), matches ``^[!-~]+$``.
+    """
+
     speaker: Speaker
     """Whose speech it is."""
+
     language: (
         Annotated[
             str,
@@ -838,11 +1086,24 @@ class TranscriptPartial(Message, tag="transcript.partial", kw_only=True):
         ]
         | UnsetType
     ) = UNSET
-    """The recognised language, a BCP 47 tag."""
+    """The recognised language, a BCP 47 tag.
+
+    Limits: ≤ 35 characters (MAX_LANGUAGE_TAG_CHARS), matches
+    ``^[A-Za-z]{2,8}(-[A-Za-z0-9]{1,8})*$``.
+    """
+
     text: str
-    """The interim text of the whole utterance so far."""
+    """The interim text of the whole utterance so far.
+
+    Limits: not blank.
+    """
+
     confidence: Annotated[float, Meta(ge=0, le=1)] | UnsetType = UNSET
-    """The recogniser's confidence, 0 to 1."""
+    """The recogniser's confidence, 0 to 1.
+
+    Limits: ≥ 0, ≤ 1.
+    """
+
     words: list[Word] | UnsetType = UNSET
     """Interim word timings."""
 
@@ -856,11 +1117,15 @@ class TranscriptFinal(Message, tag="transcript.final", kw_only=True):
     """
 
     type: ClassVar[Literal["transcript.final"]] = "transcript.final"
+
     seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
     """Sequence number of the event within its direction. Strictly increasing per direction and
     per session; the server's and the client's counters are independent. session.start is seq
     0.
+
+    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
     """
+
     ts: Annotated[
         str,
         Meta(
@@ -869,26 +1134,52 @@ class TranscriptFinal(Message, tag="transcript.final", kw_only=True):
     ]
     """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
     to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
+
+    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
+    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
     """
+
     session_id: Annotated[
         str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS, pattern=r"^[A-Za-z0-9._~-]+\Z")
     ]
     """The session the event belongs to: the id in the endpoint path and in the token, echoed by
     session.start and carried by every event in both directions.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS), matches
+    ``^[A-Za-z0-9._~-]+$``.
     """
+
     utterance_id: Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS, pattern=r"^[!-~]+\Z")]
-    """The utterance."""
+    """The utterance.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_ID_CHARS), matches ``^[!-~]+$``.
+    """
+
     speaker: Speaker
     """Whose speech it is."""
+
     language: Annotated[
         str,
         Meta(max_length=MAX_LANGUAGE_TAG_CHARS, pattern=r"^[A-Za-z]{2,8}(-[A-Za-z0-9]{1,8})*\Z"),
     ]
-    """The recognised language, a BCP 47 tag."""
+    """The recognised language, a BCP 47 tag.
+
+    Limits: ≤ 35 characters (MAX_LANGUAGE_TAG_CHARS), matches
+    ``^[A-Za-z]{2,8}(-[A-Za-z0-9]{1,8})*$``.
+    """
+
     text: str
-    """The committed text."""
+    """The committed text.
+
+    Limits: not blank.
+    """
+
     confidence: Annotated[float, Meta(ge=0, le=1)]
-    """The recogniser's confidence in the utterance, 0 to 1."""
+    """The recogniser's confidence in the utterance, 0 to 1.
+
+    Limits: ≥ 0, ≤ 1.
+    """
+
     words: list[Word]
     """Word-level timing, in order; empty when the recogniser gives none."""
 
@@ -903,11 +1194,15 @@ class AgentInput(Message, tag="agent.input", kw_only=True):
     """
 
     type: ClassVar[Literal["agent.input"]] = "agent.input"
+
     seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
     """Sequence number of the event within its direction. Strictly increasing per direction and
     per session; the server's and the client's counters are independent. session.start is seq
     0.
+
+    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
     """
+
     ts: Annotated[
         str,
         Meta(
@@ -916,17 +1211,29 @@ class AgentInput(Message, tag="agent.input", kw_only=True):
     ]
     """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
     to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
+
+    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
+    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
     """
+
     session_id: Annotated[
         str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS, pattern=r"^[A-Za-z0-9._~-]+\Z")
     ]
     """The session the event belongs to: the id in the endpoint path and in the token, echoed by
     session.start and carried by every event in both directions.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS), matches
+    ``^[A-Za-z0-9._~-]+$``.
     """
+
     source: InputSource
     """Where the text comes from; decides how the LLM treats it."""
+
     text: str
-    """The text for the LLM."""
+    """The text for the LLM.
+
+    Limits: not blank.
+    """
 
 
 class AgentThinking(Message, tag="agent.thinking", kw_only=True):
@@ -939,11 +1246,15 @@ class AgentThinking(Message, tag="agent.thinking", kw_only=True):
     """
 
     type: ClassVar[Literal["agent.thinking"]] = "agent.thinking"
+
     seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
     """Sequence number of the event within its direction. Strictly increasing per direction and
     per session; the server's and the client's counters are independent. session.start is seq
     0.
+
+    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
     """
+
     ts: Annotated[
         str,
         Meta(
@@ -952,17 +1263,32 @@ class AgentThinking(Message, tag="agent.thinking", kw_only=True):
     ]
     """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
     to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
+
+    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
+    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
     """
+
     session_id: Annotated[
         str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS, pattern=r"^[A-Za-z0-9._~-]+\Z")
     ]
     """The session the event belongs to: the id in the endpoint path and in the token, echoed by
     session.start and carried by every event in both directions.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS), matches
+    ``^[A-Za-z0-9._~-]+$``.
     """
+
     turn_id: Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS, pattern=r"^[!-~]+\Z")]
-    """The agent turn."""
+    """The agent turn.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_ID_CHARS), matches ``^[!-~]+$``.
+    """
+
     delta: Annotated[str, Meta(min_length=1)]
-    """The next chunk of the LLM's text."""
+    """The next chunk of the LLM's text.
+
+    Limits: ≥ 1 characters.
+    """
 
 
 class AgentOutput(Message, tag="agent.output", kw_only=True):
@@ -976,11 +1302,15 @@ class AgentOutput(Message, tag="agent.output", kw_only=True):
     """
 
     type: ClassVar[Literal["agent.output"]] = "agent.output"
+
     seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
     """Sequence number of the event within its direction. Strictly increasing per direction and
     per session; the server's and the client's counters are independent. session.start is seq
     0.
+
+    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
     """
+
     ts: Annotated[
         str,
         Meta(
@@ -989,17 +1319,33 @@ class AgentOutput(Message, tag="agent.output", kw_only=True):
     ]
     """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
     to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
+
+    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
+    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
     """
+
     session_id: Annotated[
         str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS, pattern=r"^[A-Za-z0-9._~-]+\Z")
     ]
     """The session the event belongs to: the id in the endpoint path and in the token, echoed by
     session.start and carried by every event in both directions.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS), matches
+    ``^[A-Za-z0-9._~-]+$``.
     """
+
     turn_id: Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS, pattern=r"^[!-~]+\Z")]
-    """The agent turn."""
+    """The agent turn.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_ID_CHARS), matches ``^[!-~]+$``.
+    """
+
     text: str
-    """The turn's committed response text so far."""
+    """The turn's committed response text so far.
+
+    Limits: not blank.
+    """
+
     final: bool
     """True when the turn's response text is complete."""
 
@@ -1015,11 +1361,15 @@ class AgentToolInvoke(Message, tag="agent.tool.invoke", kw_only=True):
     """
 
     type: ClassVar[Literal["agent.tool.invoke"]] = "agent.tool.invoke"
+
     seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
     """Sequence number of the event within its direction. Strictly increasing per direction and
     per session; the server's and the client's counters are independent. session.start is seq
     0.
+
+    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
     """
+
     ts: Annotated[
         str,
         Meta(
@@ -1028,21 +1378,42 @@ class AgentToolInvoke(Message, tag="agent.tool.invoke", kw_only=True):
     ]
     """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
     to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
+
+    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
+    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
     """
+
     session_id: Annotated[
         str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS, pattern=r"^[A-Za-z0-9._~-]+\Z")
     ]
     """The session the event belongs to: the id in the endpoint path and in the token, echoed by
     session.start and carried by every event in both directions.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS), matches
+    ``^[A-Za-z0-9._~-]+$``.
     """
+
     turn_id: Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS, pattern=r"^[!-~]+\Z")]
-    """The agent turn."""
+    """The agent turn.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_ID_CHARS), matches ``^[!-~]+$``.
+    """
+
     tool_call_id: Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS, pattern=r"^[!-~]+\Z")]
-    """The tool call, unique within the session."""
+    """The tool call, unique within the session.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_ID_CHARS), matches ``^[!-~]+$``.
+    """
+
     name: Annotated[
         str, Meta(min_length=1, max_length=MAX_TOOL_NAME_CHARS, pattern=r"^[A-Za-z0-9_-]+\Z")
     ]
-    """The tool's name."""
+    """The tool's name.
+
+    Limits: ≥ 1 characters, ≤ 64 characters (MAX_TOOL_NAME_CHARS), matches
+    ``^[A-Za-z0-9_-]+$``.
+    """
+
     arguments: dict[str, Any]
     """The arguments, which the tool's input_schema must accept."""
 
@@ -1057,11 +1428,15 @@ class AgentToolStreaming(Message, tag="agent.tool.streaming", kw_only=True):
     """
 
     type: ClassVar[Literal["agent.tool.streaming"]] = "agent.tool.streaming"
+
     seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
     """Sequence number of the event within its direction. Strictly increasing per direction and
     per session; the server's and the client's counters are independent. session.start is seq
     0.
+
+    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
     """
+
     ts: Annotated[
         str,
         Meta(
@@ -1070,17 +1445,33 @@ class AgentToolStreaming(Message, tag="agent.tool.streaming", kw_only=True):
     ]
     """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
     to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
+
+    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
+    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
     """
+
     session_id: Annotated[
         str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS, pattern=r"^[A-Za-z0-9._~-]+\Z")
     ]
     """The session the event belongs to: the id in the endpoint path and in the token, echoed by
     session.start and carried by every event in both directions.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS), matches
+    ``^[A-Za-z0-9._~-]+$``.
     """
+
     turn_id: Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS, pattern=r"^[!-~]+\Z")]
-    """The agent turn."""
+    """The agent turn.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_ID_CHARS), matches ``^[!-~]+$``.
+    """
+
     tool_call_id: Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS, pattern=r"^[!-~]+\Z")]
-    """The tool call."""
+    """The tool call.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_ID_CHARS), matches ``^[!-~]+$``.
+    """
+
     partial: Any
     """The partial result, any JSON value."""
 
@@ -1092,11 +1483,15 @@ class AgentToolResult(Message, tag="agent.tool.result", kw_only=True):
     """
 
     type: ClassVar[Literal["agent.tool.result"]] = "agent.tool.result"
+
     seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
     """Sequence number of the event within its direction. Strictly increasing per direction and
     per session; the server's and the client's counters are independent. session.start is seq
     0.
+
+    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
     """
+
     ts: Annotated[
         str,
         Meta(
@@ -1105,21 +1500,41 @@ class AgentToolResult(Message, tag="agent.tool.result", kw_only=True):
     ]
     """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
     to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
+
+    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
+    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
     """
+
     session_id: Annotated[
         str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS, pattern=r"^[A-Za-z0-9._~-]+\Z")
     ]
     """The session the event belongs to: the id in the endpoint path and in the token, echoed by
     session.start and carried by every event in both directions.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS), matches
+    ``^[A-Za-z0-9._~-]+$``.
     """
+
     turn_id: Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS, pattern=r"^[!-~]+\Z")]
-    """The agent turn."""
+    """The agent turn.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_ID_CHARS), matches ``^[!-~]+$``.
+    """
+
     tool_call_id: Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS, pattern=r"^[!-~]+\Z")]
-    """The tool call."""
+    """The tool call.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_ID_CHARS), matches ``^[!-~]+$``.
+    """
+
     result: Any
     """The tool's result, any JSON value (usually an object)."""
+
     duration_ms: Annotated[int, Meta(ge=0, le=MAX_ELAPSED_MS)]
-    """Time from the invocation to the result."""
+    """Time from the invocation to the result.
+
+    Limits: ≥ 0, ≤ 86400000 (MAX_ELAPSED_MS).
+    """
 
 
 class AgentToolError(Message, tag="agent.tool.error", kw_only=True):
@@ -1133,11 +1548,15 @@ class AgentToolError(Message, tag="agent.tool.error", kw_only=True):
     """
 
     type: ClassVar[Literal["agent.tool.error"]] = "agent.tool.error"
+
     seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
     """Sequence number of the event within its direction. Strictly increasing per direction and
     per session; the server's and the client's counters are independent. session.start is seq
     0.
+
+    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
     """
+
     ts: Annotated[
         str,
         Meta(
@@ -1146,28 +1565,54 @@ class AgentToolError(Message, tag="agent.tool.error", kw_only=True):
     ]
     """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
     to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
+
+    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
+    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
     """
+
     session_id: Annotated[
         str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS, pattern=r"^[A-Za-z0-9._~-]+\Z")
     ]
     """The session the event belongs to: the id in the endpoint path and in the token, echoed by
     session.start and carried by every event in both directions.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS), matches
+    ``^[A-Za-z0-9._~-]+$``.
     """
+
     turn_id: Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS, pattern=r"^[!-~]+\Z")]
-    """The agent turn."""
+    """The agent turn.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_ID_CHARS), matches ``^[!-~]+$``.
+    """
+
     tool_call_id: Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS, pattern=r"^[!-~]+\Z")]
-    """The tool call."""
+    """The tool call.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_ID_CHARS), matches ``^[!-~]+$``.
+    """
+
     code: Annotated[
         str,
         Meta(min_length=1, max_length=MAX_ERROR_CODE_CHARS, pattern=r"^[A-Za-z][A-Za-z0-9_.-]*\Z"),
     ]
-    """OVP_TOOL_UNKNOWN, OVP_TOOL_ARGS_INVALID or the tool's own error code."""
+    """OVP_TOOL_UNKNOWN, OVP_TOOL_ARGS_INVALID or the tool's own error code.
+
+    Limits: ≥ 1 characters, ≤ 64 characters (MAX_ERROR_CODE_CHARS), matches
+    ``^[A-Za-z][A-Za-z0-9_.-]*$``.
+    """
+
     message: str
     """What went wrong, for people."""
+
     retryable: bool
     """True when calling the tool again with the same arguments may succeed."""
+
     duration_ms: Annotated[int, Meta(ge=0, le=MAX_ELAPSED_MS)] | UnsetType = UNSET
-    """Time from the invocation to the failure, when the tool ran."""
+    """Time from the invocation to the failure, when the tool ran.
+
+    Limits: ≥ 0, ≤ 86400000 (MAX_ELAPSED_MS).
+    """
 
 
 class AgentBargeIn(Message, tag="agent.barge_in", kw_only=True):
@@ -1182,11 +1627,15 @@ class AgentBargeIn(Message, tag="agent.barge_in", kw_only=True):
     """
 
     type: ClassVar[Literal["agent.barge_in"]] = "agent.barge_in"
+
     seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
     """Sequence number of the event within its direction. Strictly increasing per direction and
     per session; the server's and the client's counters are independent. session.start is seq
     0.
+
+    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
     """
+
     ts: Annotated[
         str,
         Meta(
@@ -1195,19 +1644,38 @@ class AgentBargeIn(Message, tag="agent.barge_in", kw_only=True):
     ]
     """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
     to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
+
+    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
+    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
     """
+
     session_id: Annotated[
         str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS, pattern=r"^[A-Za-z0-9._~-]+\Z")
     ]
     """The session the event belongs to: the id in the endpoint path and in the token, echoed by
     session.start and carried by every event in both directions.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS), matches
+    ``^[A-Za-z0-9._~-]+$``.
     """
+
     turn_id: Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS, pattern=r"^[!-~]+\Z")]
-    """The agent turn that was cut."""
+    """The agent turn that was cut.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_ID_CHARS), matches ``^[!-~]+$``.
+    """
+
     played_bytes: Annotated[int, Meta(ge=0, le=4294967295)]
-    """PCM bytes of the turn the caller heard."""
+    """PCM bytes of the turn the caller heard.
+
+    Limits: ≥ 0, ≤ 4294967295.
+    """
+
     played_ms: Annotated[int, Meta(ge=0, le=MAX_ELAPSED_MS)]
-    """Milliseconds of the turn the caller heard."""
+    """Milliseconds of the turn the caller heard.
+
+    Limits: ≥ 0, ≤ 86400000 (MAX_ELAPSED_MS).
+    """
 
 
 class AgentCancel(Message, tag="agent.cancel", kw_only=True):
@@ -1220,11 +1688,15 @@ class AgentCancel(Message, tag="agent.cancel", kw_only=True):
     """
 
     type: ClassVar[Literal["agent.cancel"]] = "agent.cancel"
+
     seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
     """Sequence number of the event within its direction. Strictly increasing per direction and
     per session; the server's and the client's counters are independent. session.start is seq
     0.
+
+    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
     """
+
     ts: Annotated[
         str,
         Meta(
@@ -1233,18 +1705,30 @@ class AgentCancel(Message, tag="agent.cancel", kw_only=True):
     ]
     """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
     to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
+
+    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
+    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
     """
+
     session_id: Annotated[
         str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS, pattern=r"^[A-Za-z0-9._~-]+\Z")
     ]
     """The session the event belongs to: the id in the endpoint path and in the token, echoed by
     session.start and carried by every event in both directions.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS), matches
+    ``^[A-Za-z0-9._~-]+$``.
     """
+
     turn_id: (
         Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS, pattern=r"^[!-~]+\Z")]
         | UnsetType
     ) = UNSET
-    """The turn to cancel; the turn in progress when absent."""
+    """The turn to cancel; the turn in progress when absent.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_ID_CHARS), matches ``^[!-~]+$``.
+    """
+
     reason: str | UnsetType = UNSET
     """Why the turn is cancelled (for logs and dashboards)."""
 
@@ -1259,11 +1743,15 @@ class SupervisorTakeover(Message, tag="supervisor.takeover", kw_only=True):
     """
 
     type: ClassVar[Literal["supervisor.takeover"]] = "supervisor.takeover"
+
     seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
     """Sequence number of the event within its direction. Strictly increasing per direction and
     per session; the server's and the client's counters are independent. session.start is seq
     0.
+
+    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
     """
+
     ts: Annotated[
         str,
         Meta(
@@ -1272,17 +1760,29 @@ class SupervisorTakeover(Message, tag="supervisor.takeover", kw_only=True):
     ]
     """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
     to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
+
+    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
+    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
     """
+
     session_id: Annotated[
         str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS, pattern=r"^[A-Za-z0-9._~-]+\Z")
     ]
     """The session the event belongs to: the id in the endpoint path and in the token, echoed by
     session.start and carried by every event in both directions.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS), matches
+    ``^[A-Za-z0-9._~-]+$``.
     """
+
     operator_user_id: Annotated[
         str, Meta(min_length=1, max_length=MAX_ID_CHARS, pattern=r"^[!-~]+\Z")
     ]
-    """The operator taking over."""
+    """The operator taking over.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_ID_CHARS), matches ``^[!-~]+$``.
+    """
+
     resumable: bool = False
     """True when the operator may hand the call back to the AI."""
 
@@ -1297,11 +1797,15 @@ class SupervisorRelease(Message, tag="supervisor.release", kw_only=True):
     """
 
     type: ClassVar[Literal["supervisor.release"]] = "supervisor.release"
+
     seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
     """Sequence number of the event within its direction. Strictly increasing per direction and
     per session; the server's and the client's counters are independent. session.start is seq
     0.
+
+    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
     """
+
     ts: Annotated[
         str,
         Meta(
@@ -1310,19 +1814,34 @@ class SupervisorRelease(Message, tag="supervisor.release", kw_only=True):
     ]
     """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
     to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
+
+    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
+    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
     """
+
     session_id: Annotated[
         str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS, pattern=r"^[A-Za-z0-9._~-]+\Z")
     ]
     """The session the event belongs to: the id in the endpoint path and in the token, echoed by
     session.start and carried by every event in both directions.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS), matches
+    ``^[A-Za-z0-9._~-]+$``.
     """
+
     operator_user_id: Annotated[
         str, Meta(min_length=1, max_length=MAX_ID_CHARS, pattern=r"^[!-~]+\Z")
     ]
-    """The operator handing back."""
+    """The operator handing back.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_ID_CHARS), matches ``^[!-~]+$``.
+    """
+
     context_note: str | UnsetType = UNSET
-    """What was said or done while the AI was paused."""
+    """What was said or done while the AI was paused.
+
+    Limits: not blank.
+    """
 
 
 class ImageSend(Message, tag="image.send", kw_only=True):
@@ -1335,11 +1854,15 @@ class ImageSend(Message, tag="image.send", kw_only=True):
     """
 
     type: ClassVar[Literal["image.send"]] = "image.send"
+
     seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
     """Sequence number of the event within its direction. Strictly increasing per direction and
     per session; the server's and the client's counters are independent. session.start is seq
     0.
+
+    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
     """
+
     ts: Annotated[
         str,
         Meta(
@@ -1348,21 +1871,41 @@ class ImageSend(Message, tag="image.send", kw_only=True):
     ]
     """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
     to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
+
+    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
+    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
     """
+
     session_id: Annotated[
         str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS, pattern=r"^[A-Za-z0-9._~-]+\Z")
     ]
     """The session the event belongs to: the id in the endpoint path and in the token, echoed by
     session.start and carried by every event in both directions.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS), matches
+    ``^[A-Za-z0-9._~-]+$``.
     """
+
     channel: MediaChannel
     """The channel that carries the image."""
+
     media_url: Annotated[str, Meta(max_length=MAX_URL_CHARS, pattern=r"^https://[!-~]+\Z")]
-    """Where the image is hosted (https)."""
+    """Where the image is hosted (https).
+
+    Limits: ≤ 2048 characters (MAX_URL_CHARS), matches ``^https://[!-~]+$``.
+    """
+
     caption: Annotated[str, Meta(max_length=MAX_CAPTION_CHARS)] | UnsetType = UNSET
-    """Text sent with the image."""
+    """Text sent with the image.
+
+    Limits: ≤ 1024 characters (MAX_CAPTION_CHARS).
+    """
+
     media_id: Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS, pattern=r"^[!-~]+\Z")]
-    """Platform id of the sent media."""
+    """Platform id of the sent media.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_ID_CHARS), matches ``^[!-~]+$``.
+    """
 
 
 class FileAttach(Message, tag="file.attach", kw_only=True):
@@ -1372,11 +1915,15 @@ class FileAttach(Message, tag="file.attach", kw_only=True):
     """
 
     type: ClassVar[Literal["file.attach"]] = "file.attach"
+
     seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
     """Sequence number of the event within its direction. Strictly increasing per direction and
     per session; the server's and the client's counters are independent. session.start is seq
     0.
+
+    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
     """
+
     ts: Annotated[
         str,
         Meta(
@@ -1385,19 +1932,36 @@ class FileAttach(Message, tag="file.attach", kw_only=True):
     ]
     """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
     to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
+
+    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
+    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
     """
+
     session_id: Annotated[
         str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS, pattern=r"^[A-Za-z0-9._~-]+\Z")
     ]
     """The session the event belongs to: the id in the endpoint path and in the token, echoed by
     session.start and carried by every event in both directions.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS), matches
+    ``^[A-Za-z0-9._~-]+$``.
     """
+
     channel: MediaChannel
     """The channel that carries the file."""
+
     media_url: Annotated[str, Meta(max_length=MAX_URL_CHARS, pattern=r"^https://[!-~]+\Z")]
-    """Where the file is hosted (https)."""
+    """Where the file is hosted (https).
+
+    Limits: ≤ 2048 characters (MAX_URL_CHARS), matches ``^https://[!-~]+$``.
+    """
+
     file_name: Annotated[str, Meta(min_length=1, max_length=MAX_FILE_NAME_CHARS)]
-    """The file name the caller sees."""
+    """The file name the caller sees.
+
+    Limits: ≥ 1 characters, ≤ 255 characters (MAX_FILE_NAME_CHARS), not blank.
+    """
+
     mime_type: Annotated[
         str,
         Meta(
@@ -1405,13 +1969,29 @@ class FileAttach(Message, tag="file.attach", kw_only=True):
             pattern=r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*\Z",
         ),
     ]
-    """The file's media type (application/pdf), without parameters."""
+    """The file's media type (application/pdf), without parameters.
+
+    Limits: ≤ 255 characters, matches
+    ``^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*$``.
+    """
+
     size_bytes: Annotated[int, Meta(ge=0, le=4294967295)] | UnsetType = UNSET
-    """The file's size."""
+    """The file's size.
+
+    Limits: ≥ 0, ≤ 4294967295.
+    """
+
     caption: Annotated[str, Meta(max_length=MAX_CAPTION_CHARS)] | UnsetType = UNSET
-    """Text sent with the file."""
+    """Text sent with the file.
+
+    Limits: ≤ 1024 characters (MAX_CAPTION_CHARS).
+    """
+
     media_id: Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS, pattern=r"^[!-~]+\Z")]
-    """Platform id of the sent media."""
+    """Platform id of the sent media.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_ID_CHARS), matches ``^[!-~]+$``.
+    """
 
 
 class ScreenShare(Message, tag="screen.share", kw_only=True):
@@ -1425,11 +2005,15 @@ class ScreenShare(Message, tag="screen.share", kw_only=True):
     """
 
     type: ClassVar[Literal["screen.share"]] = "screen.share"
+
     seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
     """Sequence number of the event within its direction. Strictly increasing per direction and
     per session; the server's and the client's counters are independent. session.start is seq
     0.
+
+    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
     """
+
     ts: Annotated[
         str,
         Meta(
@@ -1438,21 +2022,37 @@ class ScreenShare(Message, tag="screen.share", kw_only=True):
     ]
     """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
     to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
+
+    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
+    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
     """
+
     session_id: Annotated[
         str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS, pattern=r"^[A-Za-z0-9._~-]+\Z")
     ]
     """The session the event belongs to: the id in the endpoint path and in the token, echoed by
     session.start and carried by every event in both directions.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS), matches
+    ``^[A-Za-z0-9._~-]+$``.
     """
+
     action: ScreenShareAction
     """Start or stop."""
+
     share_id: Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS, pattern=r"^[!-~]+\Z")]
-    """The screen-share session."""
+    """The screen-share session.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_ID_CHARS), matches ``^[!-~]+$``.
+    """
+
     url: (
         Annotated[str, Meta(max_length=MAX_URL_CHARS, pattern=r"^https://[!-~]+\Z")] | UnsetType
     ) = UNSET
-    """The viewer link sent to the caller; only on a start."""
+    """The viewer link sent to the caller; only on a start.
+
+    Limits: ≤ 2048 characters (MAX_URL_CHARS), matches ``^https://[!-~]+$``.
+    """
 
 
 class CallQualityUpdate(Message, tag="call.quality.update", kw_only=True):
@@ -1462,11 +2062,15 @@ class CallQualityUpdate(Message, tag="call.quality.update", kw_only=True):
     """
 
     type: ClassVar[Literal["call.quality.update"]] = "call.quality.update"
+
     seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
     """Sequence number of the event within its direction. Strictly increasing per direction and
     per session; the server's and the client's counters are independent. session.start is seq
     0.
+
+    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
     """
+
     ts: Annotated[
         str,
         Meta(
@@ -1475,21 +2079,44 @@ class CallQualityUpdate(Message, tag="call.quality.update", kw_only=True):
     ]
     """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
     to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
+
+    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
+    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
     """
+
     session_id: Annotated[
         str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS, pattern=r"^[A-Za-z0-9._~-]+\Z")
     ]
     """The session the event belongs to: the id in the endpoint path and in the token, echoed by
     session.start and carried by every event in both directions.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS), matches
+    ``^[A-Za-z0-9._~-]+$``.
     """
+
     packet_loss_pct: Annotated[float, Meta(ge=0, le=100)]
-    """Percentage of RTP packets lost."""
+    """Percentage of RTP packets lost.
+
+    Limits: ≥ 0, ≤ 100.
+    """
+
     jitter_ms: Annotated[float, Meta(ge=0, le=60000)]
-    """Interarrival jitter (RFC 3550) in ms."""
+    """Interarrival jitter (RFC 3550) in ms.
+
+    Limits: ≥ 0, ≤ 60000.
+    """
+
     rtt_ms: Annotated[float, Meta(ge=0, le=60000)]
-    """Round-trip time of the caller leg in ms."""
+    """Round-trip time of the caller leg in ms.
+
+    Limits: ≥ 0, ≤ 60000.
+    """
+
     mos: Annotated[float, Meta(ge=1, le=5)]
-    """Estimated mean opinion score, 1.0 (bad) to 5.0 (excellent)."""
+    """Estimated mean opinion score, 1.0 (bad) to 5.0 (excellent).
+
+    Limits: ≥ 1, ≤ 5.
+    """
 
 
 class AgentLatencyBreakdown(Message, tag="agent.latency.breakdown", kw_only=True):
@@ -1505,11 +2132,15 @@ class AgentLatencyBreakdown(Message, tag="agent.latency.breakdown", kw_only=True
     """
 
     type: ClassVar[Literal["agent.latency.breakdown"]] = "agent.latency.breakdown"
+
     seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
     """Sequence number of the event within its direction. Strictly increasing per direction and
     per session; the server's and the client's counters are independent. session.start is seq
     0.
+
+    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
     """
+
     ts: Annotated[
         str,
         Meta(
@@ -1518,31 +2149,64 @@ class AgentLatencyBreakdown(Message, tag="agent.latency.breakdown", kw_only=True
     ]
     """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
     to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
+
+    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
+    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
     """
+
     session_id: Annotated[
         str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS, pattern=r"^[A-Za-z0-9._~-]+\Z")
     ]
     """The session the event belongs to: the id in the endpoint path and in the token, echoed by
     session.start and carried by every event in both directions.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS), matches
+    ``^[A-Za-z0-9._~-]+$``.
     """
+
     turn_id: Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS, pattern=r"^[!-~]+\Z")]
-    """The agent turn measured."""
+    """The agent turn measured.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_ID_CHARS), matches ``^[!-~]+$``.
+    """
+
     stt_first_token_ms: Annotated[int, Meta(ge=0, le=MAX_ELAPSED_MS)] | None
     """Start of the caller's speech to STT's first token; null when no caller speech started the
     turn.
+
+    Limits: ≥ 0, ≤ 86400000 (MAX_ELAPSED_MS).
     """
+
     stt_final_ms: Annotated[int, Meta(ge=0, le=MAX_ELAPSED_MS)] | None
     """End of the caller's speech to STT's final transcript; null when no caller speech started
     the turn.
+
+    Limits: ≥ 0, ≤ 86400000 (MAX_ELAPSED_MS).
     """
+
     llm_first_token_ms: Annotated[int, Meta(ge=0, le=MAX_ELAPSED_MS)]
-    """The LLM's first token, from the request."""
+    """The LLM's first token, from the request.
+
+    Limits: ≥ 0, ≤ 86400000 (MAX_ELAPSED_MS).
+    """
+
     llm_final_ms: Annotated[int, Meta(ge=0, le=MAX_ELAPSED_MS)]
-    """The LLM's last token, from the request."""
+    """The LLM's last token, from the request.
+
+    Limits: ≥ 0, ≤ 86400000 (MAX_ELAPSED_MS).
+    """
+
     tts_first_byte_ms: Annotated[int, Meta(ge=0, le=MAX_ELAPSED_MS)]
-    """TTS's first audio byte, from the request."""
+    """TTS's first audio byte, from the request.
+
+    Limits: ≥ 0, ≤ 86400000 (MAX_ELAPSED_MS).
+    """
+
     total_turn_ms: Annotated[int, Meta(ge=0, le=MAX_ELAPSED_MS)]
-    """End of the caller's speech (or the agent.input) to the first agent audio sent."""
+    """End of the caller's speech (or the agent.input) to the first agent audio sent.
+
+    Limits: ≥ 0, ≤ 86400000 (MAX_ELAPSED_MS).
+    """
 
 
 class AgentCostTick(Message, tag="agent.cost.tick", kw_only=True):
@@ -1556,11 +2220,15 @@ class AgentCostTick(Message, tag="agent.cost.tick", kw_only=True):
     """
 
     type: ClassVar[Literal["agent.cost.tick"]] = "agent.cost.tick"
+
     seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
     """Sequence number of the event within its direction. Strictly increasing per direction and
     per session; the server's and the client's counters are independent. session.start is seq
     0.
+
+    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
     """
+
     ts: Annotated[
         str,
         Meta(
@@ -1569,15 +2237,27 @@ class AgentCostTick(Message, tag="agent.cost.tick", kw_only=True):
     ]
     """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
     to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
+
+    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
+    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
     """
+
     session_id: Annotated[
         str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS, pattern=r"^[A-Za-z0-9._~-]+\Z")
     ]
     """The session the event belongs to: the id in the endpoint path and in the token, echoed by
     session.start and carried by every event in both directions.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS), matches
+    ``^[A-Za-z0-9._~-]+$``.
     """
+
     total_cost_usd_micros: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
-    """Cost of the call so far, in USD micros."""
+    """Cost of the call so far, in USD micros.
+
+    Limits: ≥ 0.
+    """
+
     breakdown: CostBreakdown
     """Cost so far by component."""
 
@@ -1594,11 +2274,15 @@ class AgentHandoffRequested(Message, tag="agent.handoff_requested", kw_only=True
     """
 
     type: ClassVar[Literal["agent.handoff_requested"]] = "agent.handoff_requested"
+
     seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
     """Sequence number of the event within its direction. Strictly increasing per direction and
     per session; the server's and the client's counters are independent. session.start is seq
     0.
+
+    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
     """
+
     ts: Annotated[
         str,
         Meta(
@@ -1607,17 +2291,30 @@ class AgentHandoffRequested(Message, tag="agent.handoff_requested", kw_only=True
     ]
     """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
     to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
+
+    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
+    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
     """
+
     session_id: Annotated[
         str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS, pattern=r"^[A-Za-z0-9._~-]+\Z")
     ]
     """The session the event belongs to: the id in the endpoint path and in the token, echoed by
     session.start and carried by every event in both directions.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS), matches
+    ``^[A-Za-z0-9._~-]+$``.
     """
+
     reason: str
     """Why a human is needed."""
+
     caller_summary: str
-    """A summary of the call so far for the operator."""
+    """A summary of the call so far for the operator.
+
+    Limits: not blank.
+    """
+
     sentiment: str
     """The caller's sentiment."""
 
@@ -1629,11 +2326,15 @@ class AgentHandoffAccepted(Message, tag="agent.handoff_accepted", kw_only=True):
     """
 
     type: ClassVar[Literal["agent.handoff_accepted"]] = "agent.handoff_accepted"
+
     seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
     """Sequence number of the event within its direction. Strictly increasing per direction and
     per session; the server's and the client's counters are independent. session.start is seq
     0.
+
+    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
     """
+
     ts: Annotated[
         str,
         Meta(
@@ -1642,19 +2343,34 @@ class AgentHandoffAccepted(Message, tag="agent.handoff_accepted", kw_only=True):
     ]
     """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
     to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
+
+    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
+    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
     """
+
     session_id: Annotated[
         str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS, pattern=r"^[A-Za-z0-9._~-]+\Z")
     ]
     """The session the event belongs to: the id in the endpoint path and in the token, echoed by
     session.start and carried by every event in both directions.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS), matches
+    ``^[A-Za-z0-9._~-]+$``.
     """
+
     operator_user_id: Annotated[
         str, Meta(min_length=1, max_length=MAX_ID_CHARS, pattern=r"^[!-~]+\Z")
     ]
-    """The operator who accepted."""
+    """The operator who accepted.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_ID_CHARS), matches ``^[!-~]+$``.
+    """
+
     queue_wait_ms: Annotated[int, Meta(ge=0, le=MAX_ELAPSED_MS)]
-    """Time the call waited in the operator queue."""
+    """Time the call waited in the operator queue.
+
+    Limits: ≥ 0, ≤ 86400000 (MAX_ELAPSED_MS).
+    """
 
 
 class AgentHandoffCompleted(Message, tag="agent.handoff_completed", kw_only=True):
@@ -1669,11 +2385,15 @@ class AgentHandoffCompleted(Message, tag="agent.handoff_completed", kw_only=True
     """
 
     type: ClassVar[Literal["agent.handoff_completed"]] = "agent.handoff_completed"
+
     seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
     """Sequence number of the event within its direction. Strictly increasing per direction and
     per session; the server's and the client's counters are independent. session.start is seq
     0.
+
+    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
     """
+
     ts: Annotated[
         str,
         Meta(
@@ -1682,17 +2402,29 @@ class AgentHandoffCompleted(Message, tag="agent.handoff_completed", kw_only=True
     ]
     """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
     to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
+
+    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
+    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
     """
+
     session_id: Annotated[
         str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS, pattern=r"^[A-Za-z0-9._~-]+\Z")
     ]
     """The session the event belongs to: the id in the endpoint path and in the token, echoed by
     session.start and carried by every event in both directions.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS), matches
+    ``^[A-Za-z0-9._~-]+$``.
     """
+
     operator_user_id: Annotated[
         str, Meta(min_length=1, max_length=MAX_ID_CHARS, pattern=r"^[!-~]+\Z")
     ]
-    """The operator who now owns the call."""
+    """The operator who now owns the call.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_ID_CHARS), matches ``^[!-~]+$``.
+    """
+
     agent_remains_observer: bool
     """True when the AI stays on the call, muted, as an observer."""
 
@@ -1704,11 +2436,15 @@ class AgentHandoffFailed(Message, tag="agent.handoff_failed", kw_only=True):
     """
 
     type: ClassVar[Literal["agent.handoff_failed"]] = "agent.handoff_failed"
+
     seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
     """Sequence number of the event within its direction. Strictly increasing per direction and
     per session; the server's and the client's counters are independent. session.start is seq
     0.
+
+    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
     """
+
     ts: Annotated[
         str,
         Meta(
@@ -1717,15 +2453,24 @@ class AgentHandoffFailed(Message, tag="agent.handoff_failed", kw_only=True):
     ]
     """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
     to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
+
+    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
+    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
     """
+
     session_id: Annotated[
         str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS, pattern=r"^[A-Za-z0-9._~-]+\Z")
     ]
     """The session the event belongs to: the id in the endpoint path and in the token, echoed by
     session.start and carried by every event in both directions.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS), matches
+    ``^[A-Za-z0-9._~-]+$``.
     """
+
     reason: HandoffFailureReason
     """Why the handoff failed."""
+
     fallback: HandoffFallback
     """What the call does now."""
 
@@ -1740,11 +2485,15 @@ class DtmfReceived(Message, tag="dtmf.received", kw_only=True):
     """
 
     type: ClassVar[Literal["dtmf.received"]] = "dtmf.received"
+
     seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
     """Sequence number of the event within its direction. Strictly increasing per direction and
     per session; the server's and the client's counters are independent. session.start is seq
     0.
+
+    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
     """
+
     ts: Annotated[
         str,
         Meta(
@@ -1753,19 +2502,34 @@ class DtmfReceived(Message, tag="dtmf.received", kw_only=True):
     ]
     """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
     to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
+
+    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
+    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
     """
+
     session_id: Annotated[
         str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS, pattern=r"^[A-Za-z0-9._~-]+\Z")
     ]
     """The session the event belongs to: the id in the endpoint path and in the token, echoed by
     session.start and carried by every event in both directions.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS), matches
+    ``^[A-Za-z0-9._~-]+$``.
     """
+
     digits: Annotated[
         str, Meta(min_length=1, max_length=MAX_DTMF_DIGITS, pattern=r"^[0-9*#A-D]+\Z")
     ]
-    """The key or keys pressed, in order."""
+    """The key or keys pressed, in order.
+
+    Limits: ≥ 1 characters, ≤ 32 characters (MAX_DTMF_DIGITS), matches ``^[0-9*#A-D]+$``.
+    """
+
     duration_ms: Annotated[int, Meta(ge=0, le=MAX_ELAPSED_MS)] | UnsetType = UNSET
-    """How long the tone lasted, when known."""
+    """How long the tone lasted, when known.
+
+    Limits: ≥ 0, ≤ 86400000 (MAX_ELAPSED_MS).
+    """
 
 
 class DtmfSend(Message, tag="dtmf.send", kw_only=True):
@@ -1778,11 +2542,15 @@ class DtmfSend(Message, tag="dtmf.send", kw_only=True):
     """
 
     type: ClassVar[Literal["dtmf.send"]] = "dtmf.send"
+
     seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
     """Sequence number of the event within its direction. Strictly increasing per direction and
     per session; the server's and the client's counters are independent. session.start is seq
     0.
+
+    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
     """
+
     ts: Annotated[
         str,
         Meta(
@@ -1791,19 +2559,34 @@ class DtmfSend(Message, tag="dtmf.send", kw_only=True):
     ]
     """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
     to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
+
+    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
+    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
     """
+
     session_id: Annotated[
         str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS, pattern=r"^[A-Za-z0-9._~-]+\Z")
     ]
     """The session the event belongs to: the id in the endpoint path and in the token, echoed by
     session.start and carried by every event in both directions.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS), matches
+    ``^[A-Za-z0-9._~-]+$``.
     """
+
     digits: Annotated[
         str, Meta(min_length=1, max_length=MAX_DTMF_DIGITS, pattern=r"^[0-9*#A-D]+\Z")
     ]
-    """The keys to send, in order."""
+    """The keys to send, in order.
+
+    Limits: ≥ 1 characters, ≤ 32 characters (MAX_DTMF_DIGITS), matches ``^[0-9*#A-D]+$``.
+    """
+
     duration_ms: Annotated[int, Meta(ge=DTMF_MIN_DURATION_MS, le=DTMF_MAX_DURATION_MS)] = 100
-    """Tone length of each key; dtmf_default_duration_ms (100) when absent."""
+    """Tone length of each key; dtmf_default_duration_ms (100) when absent.
+
+    Limits: ≥ 40 (DTMF_MIN_DURATION_MS), ≤ 2000 (DTMF_MAX_DURATION_MS).
+    """
 
 
 class Error(Message, tag="error", kw_only=True):
@@ -1818,11 +2601,15 @@ class Error(Message, tag="error", kw_only=True):
     """
 
     type: ClassVar[Literal["error"]] = "error"
+
     seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
     """Sequence number of the event within its direction. Strictly increasing per direction and
     per session; the server's and the client's counters are independent. session.start is seq
     0.
+
+    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
     """
+
     ts: Annotated[
         str,
         Meta(
@@ -1831,21 +2618,36 @@ class Error(Message, tag="error", kw_only=True):
     ]
     """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
     to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
+
+    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
+    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
     """
+
     session_id: Annotated[
         str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS, pattern=r"^[A-Za-z0-9._~-]+\Z")
     ]
     """The session the event belongs to: the id in the endpoint path and in the token, echoed by
     session.start and carried by every event in both directions.
+
+    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS), matches
+    ``^[A-Za-z0-9._~-]+$``.
     """
+
     code: Annotated[
         str, Meta(min_length=1, max_length=MAX_ERROR_CODE_CHARS, pattern=r"^[A-Z][A-Z0-9_]*\Z")
     ]
-    """One of the error codes (OVP_...); codes added later are accepted."""
+    """One of the error codes (OVP_...); codes added later are accepted.
+
+    Limits: ≥ 1 characters, ≤ 64 characters (MAX_ERROR_CODE_CHARS), matches
+    ``^[A-Z][A-Z0-9_]*$``.
+    """
+
     message: str
     """What went wrong, for people."""
+
     recoverable: bool
     """True when the WebSocket stays open; false when the session ends."""
+
     details: dict[str, Any] | UnsetType = UNSET
     """Code-specific data."""
 
