@@ -1,0 +1,115 @@
+"""The implementations voxwire is measured against, each built once before timing.
+
+- the published ``brisvox-agent`` SDK's parser (its ``protocol.py`` is stdlib-only: loaded by
+  path from the wheel, so its ``websockets < 16`` pin does not matter here);
+- a pydantic v2 discriminated union of the same messages, generated from voxwire's exported JSON
+  Schema by datamodel-code-generator (no hand-written models to flatter or handicap);
+- ``json.loads`` plus a prebuilt jsonschema validator of the sender's union;
+- ``orjson.loads``: the floor for JSON to Python objects, without validation;
+- a bare msgspec union of the generated Structs, without voxwire's extra checks.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+import zipfile
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import msgspec
+
+__all__ = ["bare_union", "jsonschema_decoder", "orjson_loads", "pydantic_decoder", "sdk_protocol"]
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = ROOT / ".cache" / "benchmarks"
+SDK_VERSION = "0.1.2"
+
+
+def _load_by_path(name: str, path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@cache
+def sdk_protocol() -> ModuleType:
+    """``brisvox_agent.protocol`` of the published SDK, fetched once into .cache/."""
+    target = CACHE / f"brisvox_agent-{SDK_VERSION}"
+    source = target / "brisvox_agent" / "protocol.py"
+    if not source.exists():
+        wheels = CACHE / "wheels"
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(wheels),
+             f"brisvox-agent=={SDK_VERSION}"],
+            check=True,
+        )  # fmt: skip
+        [wheel] = wheels.glob(f"brisvox_agent-{SDK_VERSION}-*.whl")
+        with zipfile.ZipFile(wheel) as archive:
+            archive.extract("brisvox_agent/protocol.py", target)
+    return _load_by_path("brisvox_sdk_protocol", source)
+
+
+def orjson_loads() -> Callable[[str], Any]:
+    import orjson
+
+    return orjson.loads  # type: ignore[no-any-return]
+
+
+def bare_union(union: Any) -> Callable[[str], Any]:
+    """msgspec decoding into the generated Structs, nothing else."""
+    return msgspec.json.Decoder(union).decode
+
+
+def jsonschema_decoder(protocol: str, union_name: str) -> Callable[[str], Any]:
+    """``json.loads`` then a prebuilt validator of the union (raises on an invalid message)."""
+    import json
+
+    import jsonschema
+
+    document = json.loads((ROOT / "generated" / "voxwire" / protocol / "schema.json").read_text())
+    validator = jsonschema.Draft202012Validator(
+        {"$ref": f"#/$defs/{union_name}", "$defs": document["$defs"]}
+    )
+
+    def decode(data: str) -> Any:
+        value = json.loads(data)
+        validator.validate(value)
+        return value
+
+    return decode
+
+
+@cache
+def _pydantic_module(protocol: str) -> ModuleType:
+    out = CACHE / f"{protocol}_pydantic.py"
+    schema = ROOT / "generated" / "voxwire" / protocol / "schema.json"
+    if not out.exists() or out.stat().st_mtime < schema.stat().st_mtime:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            [sys.executable, "-m", "datamodel_code_generator", "--input", str(schema),
+             "--input-file-type", "jsonschema", "--output", str(out),
+             "--output-model-type", "pydantic_v2.BaseModel", "--enum-field-as-literal", "all",
+             "--use-annotated", "--field-constraints", "--disable-timestamp"],
+            check=True,
+        )  # fmt: skip
+    return _load_by_path(f"bench_{protocol}_pydantic", out)
+
+
+def pydantic_decoder(protocol: str, class_names: list[str]) -> Callable[[str], Any]:
+    """A pydantic v2 TypeAdapter of the discriminated union of ``class_names``."""
+    from typing import Annotated, Union
+
+    import pydantic
+
+    module = _pydantic_module(protocol)
+    members = tuple(getattr(module, name) for name in class_names)
+    union = Annotated[Union[members], pydantic.Field(discriminator="type")]  # noqa: UP007
+    return pydantic.TypeAdapter(union).validate_json

@@ -1,0 +1,67 @@
+"""Timing that holds on a shared, noisy machine: interleaved rounds, medians, ratios."""
+
+from __future__ import annotations
+
+import gc
+import random
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Contender", "Result", "measure"]
+
+
+@dataclass(frozen=True)
+class Contender:
+    """One way of doing the job: ``run(item)`` for each item of the corpus."""
+
+    name: str
+    run: Callable[[Any], Any]
+
+
+@dataclass(frozen=True)
+class Result:
+    name: str
+    ns_per_item: float
+    """Median over the rounds."""
+    spread: float
+    """(max - min) / median of the rounds: how noisy the machine was."""
+
+    @property
+    def per_second(self) -> float:
+        return 1e9 / self.ns_per_item
+
+
+def measure(
+    contenders: Sequence[Contender], corpus: Sequence[Any], rounds: int, seed: int = 0
+) -> list[Result]:
+    """Time every contender over the whole corpus, ``rounds`` times, in a shuffled order each round."""
+    rng = random.Random(seed)
+    samples: dict[str, list[float]] = {c.name: [] for c in contenders}
+    for contender in contenders:  # warm up: caches, lazy imports, msgspec's type info
+        for item in corpus[:200]:
+            contender.run(item)
+    order = list(contenders)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(rounds):
+            rng.shuffle(order)
+            for contender in order:
+                run = contender.run
+                start = time.perf_counter_ns()
+                for item in corpus:
+                    run(item)
+                samples[contender.name].append((time.perf_counter_ns() - start) / len(corpus))
+            gc.collect()
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    results = []
+    for contender in contenders:
+        values = samples[contender.name]
+        median = statistics.median(values)
+        results.append(Result(contender.name, median, (max(values) - min(values)) / median))
+    return results
