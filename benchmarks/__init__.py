@@ -1,1 +1,1 @@
-"""voxwire's benchmark suite: ``python -m benchmarks`` prints ratios against the peers in one run."""
+"""voxwire's benchmarks: ``python -m benchmarks`` prints ratios against the peers in one run."""

@@ -71,9 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rounds, size = (3, 300) if args.quick else (args.rounds, args.size)
     machine = _machine()
-    print(
-        f"voxwire benchmarks: {rounds} rounds of {size} messages; {machine['cpu']}, {machine['cores']} cores, Python {machine['python']}\n"
-    )
+    print(f"voxwire benchmarks: {rounds} rounds of {size} messages")
+    print(f"{machine['cpu']}, {machine['cores']} cores, Python {machine['python']}\n")
     groups = run_codec_benchmarks(rounds, size)
     for group in groups:
         print(_table(group), end="\n\n")
@@ -92,20 +91,30 @@ def main(argv: list[str] | None = None) -> int:
                 "met": ok,
             }
         )
-        print(
-            f"- {'met ' if ok else 'MISSED'} {target.group}: {target.description} (measured {ratio:.2f}x)"
-        )
+        verdict = "met   " if ok else "MISSED"
+        print(f"- {verdict} {target.group}: {target.description} (measured {ratio:.2f}x)")
     if args.json:
         report = {
             "machine": machine,
             "rounds": rounds,
             "size": size,
             "groups": [
-                {"title": g.title, "results": [{"name": r.name, "ns": round(r.ns_per_item, 1), "spread": round(r.spread, 3), "ratio": round(g.ratio(r.name), 3)} for r in g.results]}
+                {
+                    "title": g.title,
+                    "results": [
+                        {
+                            "name": r.name,
+                            "ns": round(r.ns_per_item, 1),
+                            "spread": round(r.spread, 3),
+                            "ratio": round(g.ratio(r.name), 3),
+                        }
+                        for r in g.results
+                    ],
+                }
                 for g in groups
             ],
             "targets": verdicts,
-        }  # fmt: skip
+        }
         args.json.write_text(json.dumps(report, indent=2) + "\n")
     print(f"\n{len(TARGETS) - missed} of {len(TARGETS)} targets met")
     return 0

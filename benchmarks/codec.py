@@ -56,15 +56,43 @@ SDK = "brisvox-agent parse_server_message"
 PYDANTIC = "pydantic v2 discriminated union"
 BARE = "bare msgspec union"
 TARGETS = [
-    Target("Brisvox decode, server to agent", "at least 12x faster than the SDK's parser", _faster(SDK, 12)),
-    Target("Brisvox decode, server to agent", "at least 4x faster than pydantic v2", _faster(PYDANTIC, 4)),
-    Target("Brisvox decode, server to agent", "at most 1.3x the bare msgspec union", _at_most(1.3, BARE)),
-    Target("OVP decode, server to client", "at least 4x faster than pydantic v2", _faster(PYDANTIC, 4)),
-    Target("OVP decode, server to client", "at most 1.3x the bare msgspec union", _at_most(1.3, BARE)),
-    Target("Brisvox encode, agent to server", "at least 8x faster than json.dumps", _faster("json.dumps of the dicts", 8)),
-    Target("OVP encode, server to client", "at least 8x faster than json.dumps", _faster("json.dumps of the dicts", 8)),
-    Target("OVP frames", "decode_frame at most 4x a bare struct.unpack_from", _at_most(4, "struct.unpack_from of the header")),
-]  # fmt: skip
+    Target(
+        "Brisvox decode, server to agent",
+        "at least 12x faster than the SDK's parser",
+        _faster(SDK, 12),
+    ),
+    Target(
+        "Brisvox decode, server to agent",
+        "at least 4x faster than pydantic v2",
+        _faster(PYDANTIC, 4),
+    ),
+    Target(
+        "Brisvox decode, server to agent",
+        "at most 1.3x the bare msgspec union",
+        _at_most(1.3, BARE),
+    ),
+    Target(
+        "OVP decode, server to client", "at least 4x faster than pydantic v2", _faster(PYDANTIC, 4)
+    ),
+    Target(
+        "OVP decode, server to client", "at most 1.3x the bare msgspec union", _at_most(1.3, BARE)
+    ),
+    Target(
+        "Brisvox encode, agent to server",
+        "at least 8x faster than json.dumps",
+        _faster("json.dumps of the dicts", 8),
+    ),
+    Target(
+        "OVP encode, server to client",
+        "at least 8x faster than json.dumps",
+        _faster("json.dumps of the dicts", 8),
+    ),
+    Target(
+        "OVP frames",
+        "decode_frame at most 4x a bare struct.unpack_from",
+        _at_most(4, "struct.unpack_from of the header"),
+    ),
+]
 
 
 def _decode_group(title: str, protocol: Any, sender: str, texts: list[str], rounds: int) -> Group:
@@ -119,8 +147,13 @@ def _frame_groups(rounds: int) -> list[Group]:
     ]
     encode = [
         Contender("voxwire encode_frame", ovp.encode_frame),
-        Contender("struct.pack of the header + payload", lambda f: header.pack(f.version, f.flags, f.direction, f.frame_seq, f.rtp_timestamp) + f.pcm),
-    ]  # fmt: skip
+        Contender(
+            "struct.pack of the header + payload",
+            lambda f: (
+                header.pack(f.version, f.flags, f.direction, f.frame_seq, f.rtp_timestamp) + f.pcm
+            ),
+        ),
+    ]
     return [
         Group("OVP frames", measure(decode, frames, rounds)),
         Group("OVP encode_frame", measure(encode, decoded, rounds)),
@@ -130,11 +163,35 @@ def _frame_groups(rounds: int) -> list[Group]:
 def run_codec_benchmarks(rounds: int, size: int) -> list[Group]:
     """Every codec comparison, in the order the report prints them."""
     return [
-        _decode_group("Brisvox decode, server to agent", brisvox, "server", corpus.brisvox_server_corpus(size), rounds),
-        _decode_group("Brisvox decode, agent to server", brisvox, "agent", corpus.brisvox_agent_corpus(size), rounds),
-        _decode_group("OVP decode, server to client", ovp, "server", corpus.ovp_server_corpus(size), rounds),
-        _decode_group("OVP decode, client to server", ovp, "client", corpus.ovp_client_corpus(size), rounds),
-        _encode_group("Brisvox encode, agent to server", brisvox, "agent", corpus.brisvox_agent_corpus(size), rounds),
-        _encode_group("OVP encode, server to client", ovp, "server", corpus.ovp_server_corpus(size), rounds),
+        _decode_group(
+            "Brisvox decode, server to agent",
+            brisvox,
+            "server",
+            corpus.brisvox_server_corpus(size),
+            rounds,
+        ),
+        _decode_group(
+            "Brisvox decode, agent to server",
+            brisvox,
+            "agent",
+            corpus.brisvox_agent_corpus(size),
+            rounds,
+        ),
+        _decode_group(
+            "OVP decode, server to client", ovp, "server", corpus.ovp_server_corpus(size), rounds
+        ),
+        _decode_group(
+            "OVP decode, client to server", ovp, "client", corpus.ovp_client_corpus(size), rounds
+        ),
+        _encode_group(
+            "Brisvox encode, agent to server",
+            brisvox,
+            "agent",
+            corpus.brisvox_agent_corpus(size),
+            rounds,
+        ),
+        _encode_group(
+            "OVP encode, server to client", ovp, "server", corpus.ovp_server_corpus(size), rounds
+        ),
         *_frame_groups(rounds),
-    ]  # fmt: skip
+    ]

@@ -47,10 +47,19 @@ def sdk_protocol() -> ModuleType:
     if not source.exists():
         wheels = CACHE / "wheels"
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(wheels),
-             f"brisvox-agent=={SDK_VERSION}"],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--no-deps",
+                "-d",
+                str(wheels),
+                f"brisvox-agent=={SDK_VERSION}",
+            ],
             check=True,
-        )  # fmt: skip
+        )
         [wheel] = wheels.glob(f"brisvox_agent-{SDK_VERSION}-*.whl")
         with zipfile.ZipFile(wheel) as archive:
             archive.extract("brisvox_agent/protocol.py", target)
@@ -94,12 +103,26 @@ def _pydantic_module(protocol: str) -> ModuleType:
     if not out.exists() or out.stat().st_mtime < schema.stat().st_mtime:
         out.parent.mkdir(parents=True, exist_ok=True)
         subprocess.run(
-            [sys.executable, "-m", "datamodel_code_generator", "--input", str(schema),
-             "--input-file-type", "jsonschema", "--output", str(out),
-             "--output-model-type", "pydantic_v2.BaseModel", "--enum-field-as-literal", "all",
-             "--use-annotated", "--field-constraints", "--disable-timestamp"],
+            [
+                sys.executable,
+                "-m",
+                "datamodel_code_generator",
+                "--input",
+                str(schema),
+                "--input-file-type",
+                "jsonschema",
+                "--output",
+                str(out),
+                "--output-model-type",
+                "pydantic_v2.BaseModel",
+                "--enum-field-as-literal",
+                "all",
+                "--use-annotated",
+                "--field-constraints",
+                "--disable-timestamp",
+            ],
             check=True,
-        )  # fmt: skip
+        )
     return _load_by_path(f"bench_{protocol}_pydantic", out)
 
 

@@ -37,7 +37,7 @@ class Result:
 def measure(
     contenders: Sequence[Contender], corpus: Sequence[Any], rounds: int, seed: int = 0
 ) -> list[Result]:
-    """Time every contender over the whole corpus, ``rounds`` times, in a shuffled order each round."""
+    """Time each contender over the whole corpus ``rounds`` times, in a new order each round."""
     rng = random.Random(seed)
     samples: dict[str, list[float]] = {c.name: [] for c in contenders}
     for contender in contenders:  # warm up: caches, lazy imports, msgspec's type info
