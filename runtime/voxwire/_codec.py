@@ -123,7 +123,9 @@ class JsonCodec:
         # A str of at most max/4 characters is at most max UTF-8 bytes: no need to count.
         self._quarter = max_message_bytes // 4
         self._senders = dict(senders)
-        self._decoders = {sid: msgspec.json.Decoder(spec.union) for sid, spec in senders.items()}
+        self._decoders = {
+            sid: msgspec.json.Decoder(spec.union).decode for sid, spec in senders.items()
+        }
         self._types_by_sender = {sid: _tags(spec.union) for sid, spec in senders.items()}
         self._all_types = frozenset().union(*self._types_by_sender.values())
         self._checks = dict(checks)
@@ -133,15 +135,16 @@ class JsonCodec:
 
     def decode(self, data: bytes | str, sender: str) -> Any:
         """Decode one message that ``sender`` sent; raise the protocol's error if it is bad."""
-        decoder = self._decoders.get(sender)
-        if decoder is None:
+        try:
+            decode = self._decoders[sender]
+        except KeyError:
             raise ValueError(
                 f"{self._protocol}: unknown sender {sender!r}; one of {sorted(self._decoders)}"
-            )
+            ) from None
         if len(data) > self._quarter:
             self._check_size(data)
         try:
-            message = decoder.decode(data)
+            message = decode(data)
         except msgspec.ValidationError as exc:
             return self._recover(exc, data, sender)
         except msgspec.DecodeError as exc:

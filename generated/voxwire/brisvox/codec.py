@@ -14,7 +14,7 @@ data = brisvox.encode(message)
 
 from __future__ import annotations
 
-from typing import Final, Literal, TypeAlias, overload
+from typing import TYPE_CHECKING, Final, Literal, TypeAlias, overload
 
 from voxwire._codec import DecodeErrorCodes, JsonCodec, SenderSpec, UnknownMessage
 from voxwire.brisvox.checks import (
@@ -151,26 +151,28 @@ _CODEC: Final = JsonCodec(
     },
     field_codes={},
 )
+# The public functions are the codec's own bound methods (one call less on every message);
+# type checkers and the docs read their precise signatures here.
+if TYPE_CHECKING:
 
+    @overload
+    def decode(data: bytes | str, sender: Literal["server"]) -> ServerMessage | UnknownMessage: ...
 
-@overload
-def decode(data: bytes | str, sender: Literal["server"]) -> ServerMessage | UnknownMessage: ...
+    @overload
+    def decode(data: bytes | str, sender: Literal["agent"]) -> AgentMessage: ...
 
+    def decode(data: bytes | str, sender: Sender) -> ServerMessage | AgentMessage | UnknownMessage:
+        """Decode one message that ``sender`` sent.
 
-@overload
-def decode(data: bytes | str, sender: Literal["agent"]) -> AgentMessage: ...
+        Raises :class:`~voxwire.brisvox.ProtocolError` naming the code, the field path and the
+        rule broken; nothing else escapes for any input.
 
+        A type nobody sends, from the server, decodes to an ``UnknownMessage``.
+        """
 
-def decode(data: bytes | str, sender: Sender) -> ServerMessage | AgentMessage | UnknownMessage:
-    """Decode one message that ``sender`` sent.
+    def encode(message: ServerMessage | AgentMessage | UnknownMessage) -> bytes:
+        """Check ``message`` against every rule of the spec; return compact UTF-8 JSON."""
 
-    Raises :class:`~voxwire.brisvox.ProtocolError` naming the code, the field path and the rule
-    broken; nothing else escapes for any input.
-    A type nobody sends, from the server, decodes to an ``UnknownMessage``.
-    """
-    return _CODEC.decode(data, sender)  # type: ignore[no-any-return]
-
-
-def encode(message: ServerMessage | AgentMessage | UnknownMessage) -> bytes:
-    """Check ``message`` against every rule of the spec; return compact UTF-8 JSON."""
-    return _CODEC.encode(message)
+else:
+    decode = _CODEC.decode
+    encode = _CODEC.encode
