@@ -41,7 +41,7 @@ JSON_SAFE_INTEGER = 2**53 - 1
 """The bound of an integer field the spec gives no range: the largest integer every JSON peer
 (JavaScript included) reads exactly."""
 
-PRIMITIVES = ("string", "integer", "number", "boolean", "object", "any")
+PRIMITIVES = ("string", "integer", "number", "boolean", "datetime", "object", "any")
 _FRAME_SIZES = {"u8": 1, "u16": 2, "u32": 4, "u64": 8}
 
 
@@ -106,7 +106,7 @@ class TypeRef:
     """A field's type: a primitive, an enum, a nested struct, or an array or map of one."""
 
     kind: str
-    """string, integer, number, boolean, object, any, enum, struct, array or map."""
+    """string, integer, number, boolean, datetime, object, any, enum, struct, array or map."""
     item: TypeRef | None = None
     enum: Enum | None = None
     struct: str | None = None

@@ -27,6 +27,7 @@ _PRIMITIVE: dict[str, dict[str, Any]] = {
     "integer": {"type": "integer"},
     "number": {"type": "number"},
     "boolean": {"type": "boolean"},
+    "datetime": {"type": "string", "format": "date-time"},
     "object": {"type": "object"},
     "any": {},
 }

@@ -326,6 +326,9 @@ class _Builder:
             return self._meta("int" if kind == "integer" else "float", meta)
         if kind == "boolean":
             return "bool"
+        if kind == "datetime":
+            # msgspec parses RFC 3339 in C and checks the calendar; tz=True refuses a naive time.
+            return self._meta("datetime", ["tz=True"])
         if kind == "object":
             return "dict[str, Any]"
         if kind == "any":
@@ -378,7 +381,7 @@ class _Builder:
             return decode or inner[0], True
         full = (
             decode
-            or element.kind in ("integer", "number", "object", "any", "enum", "string")
+            or element.kind in ("integer", "number", "datetime", "object", "any", "enum", "string")
             or f.has_const
         )
         full = full or f.min_length is not None or f.max_length is not None
@@ -514,6 +517,8 @@ class _Builder:
                 full_calls.append(f"min_value({value}, {_bound(f.minimum)})")
             if f.maximum is not None:
                 full_calls.append(f"max_value({value}, {_bound(f.maximum)})")
+        elif kind == "datetime":
+            full_calls.append(f"aware({value})")
         elif kind in ("object", "any"):
             wrong_type = "ErrorCode." + self.error_codes[self.p.decode_errors["wrong_type"]]
             full_lines += [

@@ -309,6 +309,7 @@ def _all_fields(p: Protocol) -> list[Field]:
 def _messages(model: PyModel, header: str) -> str:
     p = model.protocol
     text_all = " ".join(f.annotation for c in (*model.structs, *model.messages) for f in c.fields)
+    uses_datetime = bool(re.search(r"\bdatetime\b", text_all))
     typing_names = ["ClassVar", "Final", "Literal", "TypeAlias"]
     for name in ("Annotated", "Any"):
         if re.search(rf"\b{name}\b", text_all):
@@ -354,6 +355,7 @@ def _messages(model: PyModel, header: str) -> str:
         msgspec_names=sorted(msgspec_names),
         constant_imports=constant_imports,
         safe_integer=safe_integer,
+        uses_datetime=uses_datetime,
         exports=_sorted_all(exports),
     )
 
@@ -392,6 +394,7 @@ def _checks(model: PyModel, header: str) -> str:
 
 _RULES = (
     "at_least_one_of",
+    "aware",
     "at_most_one_of",
     "exactly_one_of",
     "finite",
@@ -546,6 +549,8 @@ def _type_text(ref: TypeRef) -> str:
     if ref.kind == "struct":
         assert ref.struct is not None
         return f"[{ref.struct}](#{anchor(ref.struct)})"
+    if ref.kind == "datetime":
+        return "datetime (RFC 3339, with a zone)"
     return ref.kind
 
 

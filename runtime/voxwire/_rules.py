@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Collection, Sequence
+from datetime import datetime
 from typing import Any, Final
 
 JSON_SAFE_INTEGER: Final = 2**53 - 1
@@ -19,6 +20,7 @@ __all__ = [
     "JSON_SAFE_INTEGER",
     "at_least_one_of",
     "at_most_one_of",
+    "aware",
     "exactly_one_of",
     "finite",
     "json_value_problem",
@@ -38,6 +40,13 @@ __all__ = [
     "unique",
     "utf8_size",
 ]
+
+
+def aware(moment: object) -> str | None:
+    """A datetime field holds a zone-aware datetime (the wire form is RFC 3339 with a zone)."""
+    if isinstance(moment, datetime) and moment.utcoffset() is not None:
+        return None
+    return f"{moment!r} is not a datetime with a time zone"
 
 
 def utf8_size(text: str) -> int:
