@@ -1,0 +1,192 @@
+"""Captures: a recorded session, one JSON line per WebSocket message.
+
+```text
+{"capture": "voxwire", "version": 1, "protocol": "ovp", "recorded_by": "client"}
+{"t": 0.0012, "from": "server", "text": "{\"type\":\"session.start\",...}"}
+{"t": 0.0213, "from": "client", "binary": "AQAAAA..."}
+```
+
+The first line says what the file is; every other line is one message: ``t`` (seconds since the
+capture began), ``from`` (the sender: ``server`` or ``agent`` for Brisvox, ``server`` or
+``client`` for OVP) and either ``text`` (the text frame, as sent) or ``binary`` (the binary frame,
+base64). Both runtimes write captures through :class:`CaptureWriter`; ``voxwire validate`` reads
+them with :func:`read_capture`, line by line, in constant memory.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Final
+
+__all__ = [
+    "CAPTURE_VERSION",
+    "PROTOCOL_SENDERS",
+    "CaptureError",
+    "CaptureHeader",
+    "CaptureWriter",
+    "Frame",
+    "read_capture",
+]
+
+CAPTURE_VERSION: Final = 1
+"""The version of the capture format this module reads and writes."""
+
+PROTOCOL_SENDERS: Final[dict[str, tuple[str, str]]] = {
+    "brisvox": ("server", "agent"),
+    "ovp": ("server", "client"),
+}
+"""The two senders of each protocol, as a capture names them."""
+
+
+class CaptureError(ValueError):
+    """A capture file that cannot be read: names the line and what is wrong with it."""
+
+    def __init__(self, line: int, problem: str) -> None:
+        self.line = line
+        self.problem = problem
+        super().__init__(f"line {line}: {problem}")
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureHeader:
+    """The first line of a capture."""
+
+    protocol: str
+    recorded_by: str
+    """The role that wrote the capture (one of the protocol's senders)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One recorded WebSocket message."""
+
+    line: int
+    t: float
+    sender: str
+    data: str | bytes
+    """The text frame as a str, or the binary frame's bytes."""
+
+
+class CaptureWriter:
+    """Appends messages to a capture file as they are sent and received.
+
+    ```text
+    with CaptureWriter(path, protocol="ovp", recorded_by="client") as capture:
+        capture.record("client", text)
+    ```
+    """
+
+    def __init__(self, path: str | Path, *, protocol: str, recorded_by: str) -> None:
+        senders = PROTOCOL_SENDERS.get(protocol)
+        if senders is None:
+            raise ValueError(f"unknown protocol {protocol!r}: one of {sorted(PROTOCOL_SENDERS)}")
+        if recorded_by not in senders:
+            raise ValueError(f"recorded_by must be one of {senders}, not {recorded_by!r}")
+        self._senders = senders
+        self._file: IO[str] = open(path, "w", encoding="utf-8")  # noqa: SIM115 (closed in close())
+        self._start = time.monotonic()
+        header = {
+            "capture": "voxwire",
+            "version": CAPTURE_VERSION,
+            "protocol": protocol,
+            "recorded_by": recorded_by,
+        }
+        self._write(header)
+
+    def record(self, sender: str, data: str | bytes) -> None:
+        """Append one message that ``sender`` sent (a text frame as str, a binary one as bytes)."""
+        if sender not in self._senders:
+            raise ValueError(f"sender must be one of {self._senders}, not {sender!r}")
+        entry: dict[str, object] = {"t": round(time.monotonic() - self._start, 6), "from": sender}
+        if isinstance(data, str):
+            entry["text"] = data
+        else:
+            entry["binary"] = base64.b64encode(data).decode("ascii")
+        self._write(entry)
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> CaptureWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _write(self, entry: dict[str, object]) -> None:
+        self._file.write(json.dumps(entry, ensure_ascii=False, separators=(",", ":")) + "\n")
+        self._file.flush()
+
+
+def read_capture(lines: IO[str]) -> tuple[CaptureHeader, Iterator[Frame | CaptureError]]:
+    """The header of a capture, and an iterator over its messages in file order.
+
+    The iterator yields a :class:`CaptureError` for a line it cannot read (and goes on with the
+    next), so a validator reports every broken line; a bad header raises it at once.
+    """
+    first = lines.readline()
+    if not first:
+        raise CaptureError(1, "empty file: no capture header")
+    try:
+        head = json.loads(first)
+    except ValueError as exc:
+        raise CaptureError(1, f"the header is not JSON: {exc}") from None
+    if not isinstance(head, dict) or head.get("capture") != "voxwire":
+        raise CaptureError(1, 'not a voxwire capture (the header lacks "capture": "voxwire")')
+    if head.get("version") != CAPTURE_VERSION:
+        raise CaptureError(
+            1, f"capture version {head.get('version')!r}; this reads {CAPTURE_VERSION}"
+        )
+    protocol = head.get("protocol")
+    senders = PROTOCOL_SENDERS.get(protocol) if isinstance(protocol, str) else None
+    if senders is None:
+        raise CaptureError(1, f"unknown protocol {protocol!r}: one of {sorted(PROTOCOL_SENDERS)}")
+    recorded_by = head.get("recorded_by")
+    if recorded_by not in senders:
+        raise CaptureError(1, f"recorded_by must be one of {senders}, not {recorded_by!r}")
+    header = CaptureHeader(protocol=str(protocol), recorded_by=str(recorded_by))
+    return header, _frames(lines, senders)
+
+
+def _frames(lines: IO[str], senders: tuple[str, str]) -> Iterator[Frame | CaptureError]:
+    for number, raw in enumerate(lines, start=2):
+        if not raw.strip():
+            continue
+        try:
+            yield _frame(number, raw, senders)
+        except CaptureError as exc:
+            yield exc
+
+
+def _frame(number: int, raw: str, senders: tuple[str, str]) -> Frame:
+    try:
+        entry = json.loads(raw)
+    except ValueError as exc:
+        raise CaptureError(number, f"not JSON: {exc}") from None
+    if not isinstance(entry, dict):
+        raise CaptureError(number, "a capture line must be a JSON object")
+    t = entry.get("t")
+    if isinstance(t, bool) or not isinstance(t, int | float) or t < 0:
+        raise CaptureError(number, f"t must be a number of seconds, not {t!r}")
+    sender = entry.get("from")
+    if sender not in senders:
+        raise CaptureError(number, f"from must be one of {senders}, not {sender!r}")
+    kinds = [key for key in ("text", "binary") if key in entry]
+    if len(kinds) != 1:
+        raise CaptureError(number, "a line holds exactly one of text and binary")
+    value = entry[kinds[0]]
+    if not isinstance(value, str):
+        raise CaptureError(number, f"{kinds[0]} must be a string")
+    if kinds[0] == "text":
+        return Frame(number, float(t), str(sender), value)
+    try:
+        data = base64.b64decode(value, validate=True)
+    except binascii.Error as exc:
+        raise CaptureError(number, f"binary is not base64: {exc}") from None
+    return Frame(number, float(t), str(sender), data)
