@@ -51,7 +51,7 @@ _TEMPLATES.filters["py"] = repr
 _TEMPLATES.filters["doc"] = lambda lines, indent=4: _docstring_literal(lines, indent)
 _TEMPLATES.filters["wrap"] = lambda paragraphs, indent=0: "\n".join(wrap(paragraphs, indent))
 _TEMPLATES.filters["pystr"] = lambda text, indent=4: _string_literal(text, indent)
-_TEMPLATES.filters["cell"] = lambda text: " ".join(str(text).split()).replace("|", "\\|")
+_TEMPLATES.filters["cell"] = lambda text: _cell(str(text))
 
 _GROUP_TITLES = {
     "limits": "Limits",
@@ -82,6 +82,30 @@ def _string_literal(text: str, indent: int) -> str:
     words = textwrap.wrap(text, width, break_on_hyphens=False, drop_whitespace=False)
     pad = " " * (indent + 4)
     return "(\n" + "\n".join(pad + repr(chunk) for chunk in words) + "\n" + " " * indent + ")"
+
+
+_CODE_SPAN = re.compile(r"`([^`]*)`")
+
+
+def _cell(text: str) -> str:
+    """Text for one Markdown table cell: one line, and no bare ``|`` to split the row.
+
+    A code span holding a ``|`` is written as HTML, every punctuation character an entity
+    (``<code>a&#124;b</code>``): escaped with a backslash, Python-Markdown would show the
+    backslash, and it reads Markdown (``[0-9]`` as a link) inside inline HTML.
+    """
+
+    def code(match: re.Match[str]) -> str:
+        if "|" not in match.group(1):
+            return match.group(0)
+        body = "".join(c if c.isalnum() or c == " " else f"&#{ord(c)};" for c in match.group(1))
+        return f"<code>{body}</code>"
+
+    text = _CODE_SPAN.sub(code, " ".join(text.split()))
+    parts = re.split(r"(<code>.*?</code>)", text)
+    return "".join(
+        part if part.startswith("<code>") else part.replace("|", "\\|") for part in parts
+    )
 
 
 class RenderError(Exception):
@@ -559,7 +583,7 @@ def _constant_link(constant: Constant) -> str:
 
 
 def _limits_text(f: Field) -> str:
-    return ", ".join(limit_phrases(f, _constant_link, "`")).replace("|", "\\|")
+    return _cell(", ".join(limit_phrases(f, _constant_link, "`")))
 
 
 def _fields_table(fields: tuple[Field, ...]) -> str:

@@ -37,7 +37,12 @@ json.dump({
 
 def _probe(python: str | Path) -> dict[str, object]:
     done = subprocess.run(
-        [str(python), "-c", PROBE], capture_output=True, text=True, timeout=120, cwd="/", check=False
+        [str(python), "-c", PROBE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd="/",
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     result: dict[str, object] = json.loads(done.stdout)
@@ -48,7 +53,16 @@ def _probe(python: str | Path) -> dict[str, object]:
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("dist")
     subprocess.run(
-        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out), str(ROOT)],
+        [
+            sys.executable,
+            "-m",
+            "build",
+            "--wheel",
+            "--no-isolation",
+            "--outdir",
+            str(out),
+            str(ROOT),
+        ],
         check=True,
         capture_output=True,
         timeout=300,
@@ -57,12 +71,17 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return built
 
 
-def test_wheel_in_a_fresh_venv_imports_like_the_editable_install(wheel: Path, tmp_path: Path) -> None:
+def test_wheel_in_a_fresh_venv_imports_like_the_editable_install(
+    wheel: Path, tmp_path: Path
+) -> None:
     env = tmp_path / "venv"
     venv.create(env, with_pip=True)
     python = env / "bin" / "python"
     subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", str(wheel)], check=True, capture_output=True, timeout=300
+        [str(python), "-m", "pip", "install", "-q", str(wheel)],
+        check=True,
+        capture_output=True,
+        timeout=300,
     )
     from_wheel = _probe(python)
     editable = _probe(sys.executable)

@@ -11,11 +11,10 @@ The message modules (``voxwire.brisvox``, ``voxwire.ovp``) are generated from ``
 package joins them with the hand-written runtime.
 """
 
-from pkgutil import extend_path
-
 # The generated part (generated/voxwire) and the hand-written part (runtime/voxwire) are two
 # folders in an editable install and one in a wheel: extend_path makes both one package.
-__path__ = extend_path(__path__, __name__)
+# (Spelled this way, documentation tools follow the join too.)
+__path__ = __import__("pkgutil").extend_path(__path__, __name__)
 
 from voxwire._version import __version__
 from voxwire.errors import ProtocolError

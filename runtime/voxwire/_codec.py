@@ -1,7 +1,7 @@
 """The JSON message codec both generated protocol modules are built on.
 
 A generated module describes its protocol (the message union of each sender, the value checks,
-the error codes) and hands the description to :class:`JsonCodec`, which owns the one decode and
+the error codes) and hands the description to ``JsonCodec``, which owns the one decode and
 encode path: size bound on the encoded bytes, typed msgspec decoding with decoders built once,
 value checks, and the translation of every failure into the protocol's ``ProtocolError``.
 """

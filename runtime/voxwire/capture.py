@@ -9,8 +9,8 @@
 The first line says what the file is; every other line is one message: ``t`` (seconds since the
 capture began), ``from`` (the sender: ``server`` or ``agent`` for Brisvox, ``server`` or
 ``client`` for OVP) and either ``text`` (the text frame, as sent) or ``binary`` (the binary frame,
-base64). Both runtimes write captures through :class:`CaptureWriter`; ``voxwire validate`` reads
-them with :func:`read_capture`, line by line, in constant memory.
+base64). Both runtimes write captures through ``CaptureWriter``; ``voxwire validate`` reads
+them with ``read_capture``, line by line, in constant memory.
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ class CaptureWriter:
 def read_capture(lines: IO[str]) -> tuple[CaptureHeader, Iterator[Frame | CaptureError]]:
     """The header of a capture, and an iterator over its messages in file order.
 
-    The iterator yields a :class:`CaptureError` for a line it cannot read (and goes on with the
+    The iterator yields a ``CaptureError`` for a line it cannot read (and goes on with the
     next), so a validator reports every broken line; a bad header raises it at once.
     """
     first = lines.readline()

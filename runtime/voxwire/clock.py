@@ -1,7 +1,7 @@
 """One injectable clock for every timer of the runtime, so tests can scale time.
 
 The sans-I/O cores never read a clock: they are handed ``now`` (seconds, monotonic) with every
-input. The asyncio adapters read it from a :class:`Clock` and sleep on it, so a test that runs a
+input. The asyncio adapters read it from a ``Clock`` and sleep on it, so a test that runs a
 call with ``ScaledClock(50)`` sees a 30-second window pass in 0.6 seconds of real time.
 """
 

@@ -73,7 +73,7 @@ class InsecureURLError(ValueError):
 
 @dataclass(frozen=True)
 class CheckedURL:
-    """A URL that passed :func:`check_url`.
+    """A URL that passed ``check_url``.
 
     Attributes:
         url: The URL as given.
@@ -122,7 +122,7 @@ class _Host:
 
 
 def check_url(url: str, *, allow_insecure: bool = False) -> CheckedURL:
-    """Accept ``url`` for a WebSocket link, or raise :class:`InsecureURLError`.
+    """Accept ``url`` for a WebSocket link, or raise ``InsecureURLError``.
 
     ``wss://`` is accepted to any host; ``ws://`` only to a private host (see the module), or to
     any host with ``allow_insecure``. A malformed URL is refused whatever ``allow_insecure`` says.

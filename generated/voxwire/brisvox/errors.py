@@ -122,9 +122,9 @@ ERROR_DESCRIPTIONS: Final[dict[ErrorCode, str]] = {
 
 
 class ProtocolError(voxwire.errors.ProtocolError):
-    """A Brisvox agent protocol message or frame that breaks the protocol.
+    """A message or frame that breaks the Brisvox agent protocol.
 
-    ``code`` is an :class:`ErrorCode`; the message names the field path and the rule broken.
+    ``code`` is an ``ErrorCode``; the message names the field path and the rule broken.
     """
 
     code: ErrorCode

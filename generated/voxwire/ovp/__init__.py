@@ -20,10 +20,9 @@ data = ovp.encode(message)
 ```
 """
 
-from pkgutil import extend_path
-
 # The runtime adds modules of its own to this package (the transports); see voxwire/__init__.py.
-__path__ = extend_path(__path__, __name__)
+# (Spelled this way, documentation tools follow the join too.)
+__path__ = __import__("pkgutil").extend_path(__path__, __name__)
 
 from voxwire._codec import UnknownMessage
 from voxwire.ovp.codec import (

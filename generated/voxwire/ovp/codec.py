@@ -178,7 +178,7 @@ if TYPE_CHECKING:
     def decode(data: bytes | str, sender: Sender) -> ServerMessage | ClientMessage | UnknownMessage:
         """Decode one message that ``sender`` sent.
 
-        Raises :class:`~voxwire.ovp.ProtocolError` naming the code, the field path and the
+        Raises ``ProtocolError`` naming the code, the field path and the
         rule broken; nothing else escapes for any input.
 
         A type nobody sends, from the server, decodes to an ``UnknownMessage``.

@@ -115,9 +115,9 @@ RECOVERABLE: Final[dict[ErrorCode, bool]] = {
 
 
 class ProtocolError(voxwire.errors.ProtocolError):
-    """A Orbit Voice Protocol message or frame that breaks the protocol.
+    """A message or frame that breaks the Orbit Voice Protocol.
 
-    ``code`` is an :class:`ErrorCode`; the message names the field path and the rule broken.
+    ``code`` is an ``ErrorCode``; the message names the field path and the rule broken.
     """
 
     code: ErrorCode

@@ -31,7 +31,7 @@ __all__ = [
 _FRAME_DIRECTION_VALUES: Final = frozenset(FrameDirection)
 
 AUDIO_FRAME_SIZE: Final = 652
-"""Size of an :class:`AudioFrame` in bytes, header included."""
+"""Size of an ``AudioFrame`` in bytes, header included."""
 
 FLAG_SILENCE: Final = 0x01
 """The frame carries silence (no voice activity); the payload is still 640 bytes and is not
