@@ -207,6 +207,10 @@ class Sender:
     description: str
     union_name: str
     accepts_unknown: bool
+    envelope: tuple[Field, ...]
+    """The fields every message of the sender carries (its included field sets)."""
+    envelope_name: str | None
+    """The Struct of the envelope alone, or None for a sender without one."""
     messages: tuple[Message, ...]
     decisions: tuple[Decision, ...]
 
@@ -378,6 +382,8 @@ class _Resolver:
                 description=s["description"],
                 union_name=names.sender_union(s["id"]),
                 accepts_unknown=s["unknown_types"] == "accept",
+                envelope=envelopes[s["id"]],
+                envelope_name=names.envelope(s["id"]) if envelopes[s["id"]] else None,
                 messages=tuple(m for m in messages if s["id"] in m.senders),
                 decisions=self._decisions(s, ("senders", i), f"sender {s['id']}"),
             )

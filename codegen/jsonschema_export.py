@@ -7,11 +7,12 @@ the spec. What JSON Schema cannot say is listed in ``NOT_EXPRESSIBLE`` and in th
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from codegen.ir import Field, Protocol, Rule, TypeRef
 
-__all__ = ["NOT_EXPRESSIBLE", "export_schema", "message_schema"]
+__all__ = ["NOT_EXPRESSIBLE", "export_schema"]
 
 NOT_EXPRESSIBLE = (
     "limits in UTF-8 bytes (maxLength counts characters; x-max-bytes records the limit)",
@@ -19,7 +20,6 @@ NOT_EXPRESSIBLE = (
     "uniqueness of one field of array items (unique_by; x-unique-by records it)",
     "integers written with a fraction or exponent (1.0, 1e2): JSON Schema calls them integers",
     "the largest message, counted on the encoded bytes",
-    "a rule that a set field must be true rather than present (requires on non-booleans)",
 )
 
 _PRIMITIVE: dict[str, dict[str, Any]] = {
@@ -52,11 +52,37 @@ def export_schema(protocol: Protocol) -> dict[str, Any]:
         defs[message.class_name] = _object(
             message.summary, message.fields, message.rules, False, message.type
         )
+    every_type = [m.type for m in protocol.messages]
     for sender in protocol.senders:
         defs[sender.union_name] = {
-            "description": f"Every message the {sender.id} may send.",
+            "description": f"Every message type the {sender.id} may send.",
             "oneOf": [{"$ref": f"#/$defs/{m.class_name}"} for m in sender.messages],
         }
+        if sender.accepts_unknown:
+            # A type no sender has decodes to an UnknownMessage (forward compatibility), if it
+            # carries the sender's envelope; a type of the other sender stays refused. Kept out
+            # of the typed union above, whose members are all tagged by their const type.
+            unknown = _object(
+                f"A message of a type this version does not know, from the {sender.id}.",
+                sender.envelope,
+                (),
+                False,
+                None,
+            )
+            unknown["properties"] = {
+                "type": {"type": "string", "not": {"enum": every_type}},
+                **unknown["properties"],
+            }
+            unknown["required"] = ["type", *unknown.get("required", [])]
+            defs[f"Unknown{sender.union_name}"] = unknown
+            defs[f"Any{sender.union_name}"] = {
+                "description": f"Everything the {sender.id} may send: a known message, or one "
+                "of a type this version does not know (decoded as an UnknownMessage).",
+                "oneOf": [
+                    {"$ref": f"#/$defs/{sender.union_name}"},
+                    {"$ref": f"#/$defs/Unknown{sender.union_name}"},
+                ],
+            }
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": f"https://voxwire.invalid/schema/{protocol.id}.json",
@@ -68,16 +94,6 @@ def export_schema(protocol: Protocol) -> dict[str, Any]:
         "title": f"{protocol.title} {protocol.version}",
         "description": protocol.description,
         "$defs": defs,
-    }
-
-
-def message_schema(document: dict[str, Any], name: str) -> dict[str, Any]:
-    """A standalone schema for one definition of ``document`` (a message, type or union)."""
-    return {
-        "$schema": document["$schema"],
-        "$id": f"{document['$id']}#{name}",
-        "$ref": f"#/$defs/{name}",
-        "$defs": document["$defs"],
     }
 
 
@@ -140,7 +156,7 @@ def _field(f: Field) -> dict[str, Any]:
         schema = _value(f.type, f)
         if f.type.kind == "string":
             if f.min_length is not None:
-                schema["minLength"] = f.min_length.value
+                schema["minLength"] = max(f.min_length.value, schema.get("minLength", 0))
             if f.max_length is not None:
                 schema["maxLength"] = min(
                     f.max_length.value, schema.get("maxLength", f.max_length.value)
@@ -169,6 +185,8 @@ def _value(ref: TypeRef, f: Field) -> dict[str, Any]:
             schema["allOf"] = [{"pattern": p} for p in patterns]
         if f.min_bytes is not None:
             schema["x-min-bytes"] = f.min_bytes.value
+            # A character is at most 4 UTF-8 bytes: fewer than min_bytes / 4 of them are too few.
+            schema["minLength"] = math.ceil(f.min_bytes.value / 4)
         if f.max_bytes is not None:
             schema["x-max-bytes"] = f.max_bytes.value
             # A string of more characters than the byte limit breaks it too.
@@ -184,7 +202,8 @@ def _value(ref: TypeRef, f: Field) -> dict[str, Any]:
 def _rule(rule: Rule) -> dict[str, Any] | None:
     names = [f.wire_name for f in rule.fields]
     if rule.kind == "at_most_one_of":
-        return {"not": {"required": names}} if len(names) == 2 else None
+        pairs = [[a, b] for i, a in enumerate(names) for b in names[i + 1 :]]
+        return {"not": {"anyOf": [{"required": pair} for pair in pairs]}}
     if rule.kind == "exactly_one_of":
         return {"oneOf": [{"required": [n]} for n in names]}
     if rule.kind == "at_least_one_of":
@@ -192,16 +211,13 @@ def _rule(rule: Rule) -> dict[str, Any] | None:
     if rule.kind == "min_fields":
         return {"minProperties": rule.count}
     if rule.kind == "requires" and rule.field is not None and rule.other is not None:
-        if rule.field.type.kind != "boolean":
-            return None
+        field, other = rule.field.wire_name, rule.other.wire_name
+        then: dict[str, Any] = {"properties": {other: {"const": rule.equals}}}
+        if not (rule.other.has_default and rule.other.default == rule.equals):
+            then["required"] = [other]  # an absent other is its default, which breaks the rule
+        # "Set" is voxwire's reading: present, and neither null nor false.
         return {
-            "if": {
-                "properties": {rule.field.wire_name: {"const": True}},
-                "required": [rule.field.wire_name],
-            },
-            "then": {
-                "properties": {rule.other.wire_name: {"const": rule.equals}},
-                "required": [rule.other.wire_name],
-            },
+            "if": {"required": [field], "properties": {field: {"not": {"enum": [None, False]}}}},
+            "then": then,
         }
     return None

@@ -10,8 +10,10 @@ __all__ = [
     "check_function",
     "class_name",
     "constant",
+    "default_constant",
     "enum_member",
     "enum_values",
+    "envelope",
     "flag",
     "frame_header",
     "frame_size",
@@ -53,9 +55,19 @@ def sender_union(sender_id: str) -> str:
     return class_name(sender_id) + "Message"
 
 
+def envelope(sender_id: str) -> str:
+    """``server`` -> ``ServerEnvelope``: the fields every message of a sender carries."""
+    return class_name(sender_id) + "Envelope"
+
+
 def check_function(class_: str) -> str:
     """The generated value check of a message class or nested type."""
     return "check_" + _snake(class_)
+
+
+def default_constant(class_name: str, attribute_name: str) -> str:
+    """``ToolDeclaration``, ``timeout_ms`` -> ``_TOOL_DECLARATION_TIMEOUT_MS``: a shared default."""
+    return f"_{_snake(class_name).upper()}_{attribute_name.strip('_').upper()}"
 
 
 def enum_values(enum_name: str) -> str:

@@ -61,6 +61,9 @@ class PyClass:
     doc: list[str]
     fields: list[PyField]
     reject_unknown: bool
+    shared_defaults: list[tuple[str, str, str]]
+    """(attribute, module constant, literal) of each default a value must be made identical to:
+    msgspec's omit_defaults leaves a field out only when its value *is* the default object."""
 
 
 @dataclass(frozen=True)
@@ -167,6 +170,28 @@ def _literal(value: Any) -> str:
     return repr(value)
 
 
+def _needs_shared_default(f: Field) -> bool:
+    """Whether a value equal to ``f``'s default can be another object than the default.
+
+    None, booleans, enum members and the small ints CPython caches are single objects; a float,
+    a larger int or a string decoded from the wire is a new one, which omit_defaults (comparing
+    by identity) would write back.
+    """
+    if not f.has_default or f.type.kind == "enum":
+        return False
+    value = f.default
+    if isinstance(value, bool) or value is None:
+        return False
+    if isinstance(value, int) and f.type.kind != "number":
+        return not -5 <= value <= 256
+    return isinstance(value, int | float | str)
+
+
+def _default_literal(f: Field) -> str:
+    """The default as Python writes it: a float for a number field, even when the spec says 0."""
+    return repr(float(f.default)) if f.type.kind == "number" else repr(f.default)
+
+
 def _bound(bound: Bound) -> str:
     if bound.constant is not None:
         return bound.constant.py_name
@@ -194,6 +219,22 @@ class _Builder:
                 s.name, "Struct", None, docstring(s.description), s.fields, s.reject_unknown_fields
             )
             for s in self.p.structs
+        ]
+        structs += [
+            self._class(
+                s.envelope_name,
+                "Struct",
+                None,
+                docstring(
+                    f"The envelope: the fields every message the {s.id} sends carries.",
+                    "A message of a type this version does not know must still carry a valid "
+                    "envelope; decoding checks it before it returns an UnknownMessage.",
+                ),
+                s.envelope,
+                False,
+            )
+            for s in self.p.senders
+            if s.envelope_name is not None
         ]
         messages = [
             self._class(
@@ -251,19 +292,28 @@ class _Builder:
         fields: tuple[Field, ...],
         reject: bool,
     ) -> PyClass:
+        shared = [
+            (f.py_name, names.default_constant(name, f.py_name), _default_literal(f))
+            for f in fields
+            if _needs_shared_default(f)
+        ]
+        constants = {attr: constant for attr, constant, _ in shared}
         return PyClass(
             name=name,
             base=base,
             tag=tag,
             doc=doc,
-            fields=[self._field(f) for f in fields],
+            fields=[self._field(f, constants.get(f.py_name)) for f in fields],
             reject_unknown=reject,
+            shared_defaults=shared,
         )
 
-    def _field(self, f: Field) -> PyField:
+    def _field(self, f: Field, shared_default: str | None = None) -> PyField:
         annotation = self._annotation(f)
         default: str | None = None
-        if f.has_default:
+        if shared_default is not None:
+            default = shared_default
+        elif f.has_default:
             if isinstance(f.default, list | dict):
                 if f.default:
                     raise ValueError(

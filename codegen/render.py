@@ -31,6 +31,7 @@ from codegen.pymodel import (
     limit_phrases,
     wrap,
 )
+from codegen.vectors import render_vectors
 
 __all__ = ["RUFF_VERSION", "RenderError", "render"]
 
@@ -142,6 +143,7 @@ def render(protocol: Protocol) -> list[Output]:
     outputs.append(
         Output(package + "schema.json", json.dumps(schema, indent=2, ensure_ascii=False) + "\n")
     )
+    outputs.append(Output(package + "vectors.jsonl", render_vectors(protocol)))
     outputs.append(Output(f"docs/reference/{protocol.id}.md", _reference(protocol, model)))
     outputs.append(Output(f"docs/reference/{protocol.id}-decisions.md", _decisions(protocol)))
     return sorted(outputs, key=lambda o: o.path)
@@ -461,6 +463,7 @@ def _codec(model: PyModel, header: str) -> str:
                 "literal_type": f"Literal[{json.dumps(s.id)}]",
                 "union": s.union_name,
                 "accepts_unknown": s.accepts_unknown,
+                "envelope": s.envelope_name,
                 "result": result,
             }
         )
@@ -480,7 +483,9 @@ def _codec(model: PyModel, header: str) -> str:
         field_codes=[(mtype, path, error_names[code]) for mtype, path, code in model.field_codes],
         check_imports=sorted({check for _, check in all_checks if check != "None"}),
         message_imports=sorted(
-            {m.class_name for m in p.messages} | {s.union_name for s in p.senders}
+            {m.class_name for m in p.messages}
+            | {s.union_name for s in p.senders}
+            | {s.envelope_name for s in p.senders if s.envelope_name is not None}
         ),
     )
 

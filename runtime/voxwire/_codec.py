@@ -56,10 +56,15 @@ class DecodeErrorCodes:
 
 @dataclass(frozen=True, slots=True)
 class SenderSpec:
-    """What one sender may send: its message union, and whether unknown types decode."""
+    """What one sender may send: its message union, and whether unknown types decode.
+
+    ``envelope`` is the Struct of the fields every message of the sender carries; a message of
+    an unknown type that the sender may send must still carry a valid envelope.
+    """
 
     union: Any
     accepts_unknown: bool
+    envelope: type | None = None
 
 
 class _TypeOnly(msgspec.Struct):
@@ -95,6 +100,7 @@ class JsonCodec:
         "_decode_checks",
         "_decoders",
         "_encoder",
+        "_envelopes",
         "_error",
         "_field_codes",
         "_max",
@@ -127,6 +133,11 @@ class JsonCodec:
             sid: msgspec.json.Decoder(spec.union).decode for sid, spec in senders.items()
         }
         self._types_by_sender = {sid: _tags(spec.union) for sid, spec in senders.items()}
+        self._envelopes = {
+            sid: msgspec.json.Decoder(spec.envelope).decode
+            for sid, spec in senders.items()
+            if spec.envelope is not None
+        }
         self._all_types = frozenset().union(*self._types_by_sender.values())
         self._checks = dict(checks)
         self._decode_checks = dict(decode_checks)
@@ -143,6 +154,8 @@ class JsonCodec:
             ) from None
         if len(data) > self._quarter:
             self._check_size(data)
+        if data.__class__ is not str and (data.__class__ is not bytes or not data.isascii()):
+            data = self._utf8_bytes(data)  # msgspec does not check the bytes of skipped fields
         try:
             message = decode(data)
         except msgspec.ValidationError as exc:
@@ -153,6 +166,8 @@ class JsonCodec:
             raise self._error(
                 self._codes.malformed, "text holds a lone surrogate (not valid UTF-8)"
             ) from None
+        except RecursionError:
+            raise self._error(self._codes.malformed, "nested too deeply to read") from None
         check = self._decode_checks.get(message.__class__)
         if check is not None:
             check(message, False)
@@ -194,6 +209,17 @@ class JsonCodec:
             )
         return data
 
+    def _utf8_bytes(self, data: bytes | bytearray | memoryview) -> bytes:
+        """``data`` as bytes, once it is known to be UTF-8 (what a text frame must be)."""
+        blob = bytes(data)
+        try:
+            blob.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise self._error(
+                self._codes.malformed, f"not valid UTF-8 at byte {exc.start}: {exc.reason}"
+            ) from None
+        return blob
+
     def _check_size(self, data: bytes | str) -> None:
         if isinstance(data, str):
             if len(data) <= self._max:  # at most 4 bytes a character: count exactly
@@ -220,6 +246,15 @@ class JsonCodec:
         if not sep:
             detail = text
         codes = self._codes
+        # msgspec stops at the first invalid value: the rest of the text may not even be JSON.
+        try:
+            _ANY.decode(data)
+        except msgspec.DecodeError as error:
+            raise self._error(codes.malformed, f"not valid JSON: {error}") from None
+        except RecursionError:
+            raise self._error(codes.malformed, "nested too deeply to read") from None
+        except msgspec.ValidationError:
+            pass  # a number out of range, handled below
         if detail.startswith("Number out of range"):
             raise self._error(
                 codes.malformed, "a number too large to represent", path=path
@@ -276,8 +311,13 @@ class JsonCodec:
                 f"unknown message type from the {sender}",
                 message_type=message_type,
             ) from None
-        raw = _ANY.decode(data)
-        return UnknownMessage(type=message_type, data=raw)
+        envelope = self._envelopes.get(sender)
+        if envelope is not None:
+            try:
+                envelope(data)
+            except msgspec.ValidationError as exc:
+                return self._recover(exc, data, sender)
+        return UnknownMessage(type=message_type, data=_ANY.decode(data))
 
 
 def _top_level_types(data: bytes | str) -> list[str]:
@@ -288,7 +328,10 @@ def _top_level_types(data: bytes | str) -> list[str]:
         pairs[:] = found  # the top-level object is the last one the parser closes
         return {}
 
-    json.loads(data, object_pairs_hook=keep)
+    try:
+        json.loads(data, object_pairs_hook=keep)
+    except RecursionError:  # deeper than Python's json reads; msgspec's tag lookup had one type
+        return [_TYPE_ONLY.decode(data).type]
     return [value for key, value in pairs if key == "type"]
 
 

@@ -14,10 +14,11 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
-from importlib import import_module, resources
+from importlib import import_module
 from typing import Any
 
 from voxwire import __version__
+from voxwire.schema import json_schema
 
 __all__ = ["main"]
 
@@ -32,52 +33,12 @@ def _protocol_module(name: str) -> Any:
     return import_module(f"voxwire.{name}")
 
 
-def schema_document(protocol: str, message: str | None = None) -> dict[str, Any]:
-    """The protocol's JSON Schema, or a standalone schema of one message (by its wire type)."""
-    document: dict[str, Any] = json.loads(
-        resources.files(f"voxwire.{protocol}").joinpath("schema.json").read_text(encoding="utf-8")
-    )
-    if message is None:
-        return document
-    module = _protocol_module(protocol)
-    cls = module.MESSAGE_TYPES.get(message)
-    if cls is None:
-        known = ", ".join(sorted(module.MESSAGE_TYPES))
-        raise CommandError(f"{protocol} has no message type {message!r}; known: {known}")
-    name = cls.__name__
-    return {
-        "$schema": document["$schema"],
-        "$id": document["$id"].removesuffix(".json") + f"/{message}.json",
-        "title": f"{message} ({document['title']})",
-        "$ref": f"#/$defs/{name}",
-        "$defs": _reachable(document["$defs"], name),
-    }
-
-
-def _reachable(defs: dict[str, Any], root: str) -> dict[str, Any]:
-    """The definitions ``root`` needs, itself included, in the document's order."""
-    wanted: set[str] = set()
-    stack = [root]
-    while stack:
-        name = stack.pop()
-        if name in wanted:
-            continue
-        wanted.add(name)
-        stack.extend(_refs(defs[name]))
-    return {name: value for name, value in defs.items() if name in wanted}
-
-
-def _refs(value: Any) -> list[str]:
-    if isinstance(value, dict):
-        found = [value["$ref"].rsplit("/", 1)[1]] if isinstance(value.get("$ref"), str) else []
-        return found + [ref for child in value.values() for ref in _refs(child)]
-    if isinstance(value, list):
-        return [ref for child in value for ref in _refs(child)]
-    return []
-
-
 def _cmd_schema(args: argparse.Namespace) -> int:
-    print(json.dumps(schema_document(args.protocol, args.message), indent=2, ensure_ascii=False))
+    try:
+        document = json_schema(args.protocol, args.message)
+    except KeyError as exc:
+        raise CommandError(exc.args[0]) from None
+    print(json.dumps(document, indent=2, ensure_ascii=False))
     return 0
 
 
