@@ -32,6 +32,7 @@ from codegen.pymodel import (
     wrap,
 )
 from codegen.vectors import render_vectors
+from voxwire import _rules as rules
 
 __all__ = ["RUFF_VERSION", "RenderError", "render"]
 
@@ -389,7 +390,7 @@ def _messages(model: PyModel, header: str) -> str:
 def _checks(model: PyModel, header: str) -> str:
     p = model.protocol
     body = "\n".join(line for c in model.checks for line in c.body)
-    rule_names = sorted(set(re.findall(r"\b([a-z_]+)\(", body)) & set(_RULES))
+    rule_names = sorted(set(re.findall(r"\b([a-z_]+)\(", body)) & set(rules.__all__))
     if "JSON_SAFE_INTEGER" in body:
         rule_names.insert(0, "JSON_SAFE_INTEGER")
     constant_imports = sorted(
@@ -416,30 +417,6 @@ def _checks(model: PyModel, header: str) -> str:
         patterns=patterns,
         message_imports=message_imports,
     )
-
-
-_RULES = (
-    "at_least_one_of",
-    "aware",
-    "at_most_one_of",
-    "exactly_one_of",
-    "finite",
-    "json_value_problem",
-    "matches",
-    "max_bytes",
-    "max_chars",
-    "max_items",
-    "max_value",
-    "min_bytes",
-    "min_chars",
-    "min_fields",
-    "min_items",
-    "min_value",
-    "not_blank",
-    "one_of",
-    "requires",
-    "unique",
-)
 
 
 def _pattern_literal(pattern: str) -> str:
