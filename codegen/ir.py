@@ -25,6 +25,7 @@ __all__ = [
     "ErrorCode",
     "Example",
     "Field",
+    "FieldSet",
     "Frame",
     "FrameExample",
     "FrameField",
@@ -198,6 +199,24 @@ class Message:
     examples: tuple[Example, ...]
     source: str | None
     decisions: tuple[Decision, ...]
+    base: FieldSet | None
+    """The one field set the message's shared fields come from (its base class), if one."""
+
+    @property
+    def own_fields(self) -> tuple[Field, ...]:
+        """The fields the message adds to its base's."""
+        return self.fields[len(self.base.fields) :] if self.base is not None else self.fields
+
+
+@dataclass(frozen=True)
+class FieldSet:
+    """A named group of fields that senders and messages include (an envelope, a command's)."""
+
+    name: str
+    class_name: str
+    fields: tuple[Field, ...]
+    users: tuple[str, ...]
+    """Who carries it: sender ids (every message they send) and message types."""
 
 
 @dataclass(frozen=True)
@@ -210,7 +229,7 @@ class Sender:
     envelope: tuple[Field, ...]
     """The fields every message of the sender carries (its included field sets)."""
     envelope_name: str | None
-    """The Struct of the envelope alone, or None for a sender without one."""
+    """The Struct of the envelope alone (a field set's class, or a class of several), or None."""
     messages: tuple[Message, ...]
     decisions: tuple[Decision, ...]
 
@@ -274,6 +293,8 @@ class Protocol:
     description: str
     max_message_bytes: Constant
     senders: tuple[Sender, ...]
+    field_sets: tuple[FieldSet, ...]
+    """The field sets in use, each generated as a base class of the messages that carry it."""
     errors: tuple[ErrorCode, ...]
     decode_errors: dict[str, str]
     constants: tuple[Constant, ...]
@@ -312,6 +333,7 @@ class _Resolver:
     enums: dict[str, Enum] = field(default_factory=dict)
     struct_names: set[str] = field(default_factory=set)
     error_codes: set[str] = field(default_factory=set)
+    field_sets: dict[str, FieldSet] = field(default_factory=dict)
 
     def fail(self, path: PathT, message: str) -> None:
         self.problems.append(self.raw.problem(path, message))
@@ -346,6 +368,17 @@ class _Resolver:
                 for i, f in enumerate(fields)
             )
             for name, fields in data.get("field_sets", {}).items()
+        }
+        users: dict[str, list[str]] = {name: [] for name in field_sets}
+        for sender in data["senders"]:
+            for name in sender.get("include", []):
+                users.setdefault(name, []).append(sender["id"])
+        for message in data["messages"]:
+            for name in message.get("include", []):
+                users.setdefault(name, []).append(message["type"])
+        self.field_sets = {
+            name: FieldSet(name, names.class_name(name), fields, tuple(users[name]))
+            for name, fields in field_sets.items()
         }
         structs = tuple(self._struct(t, ("types", i)) for i, t in enumerate(struct_data))
         self._check_struct_cycles(structs)
@@ -383,7 +416,7 @@ class _Resolver:
                 union_name=names.sender_union(s["id"]),
                 accepts_unknown=s["unknown_types"] == "accept",
                 envelope=envelopes[s["id"]],
-                envelope_name=names.envelope(s["id"]) if envelopes[s["id"]] else None,
+                envelope_name=self._envelope_name(s),
                 messages=tuple(m for m in messages if s["id"] in m.senders),
                 decisions=self._decisions(s, ("senders", i), f"sender {s['id']}"),
             )
@@ -436,6 +469,12 @@ class _Resolver:
             description=protocol["description"].strip(),
             max_message_bytes=max_bytes,
             senders=senders,
+            field_sets=tuple(
+                fs
+                for fs in self.field_sets.values()
+                if any(m.base is fs for m in messages)
+                or any(s.envelope_name == fs.class_name for s in senders)
+            ),
             errors=errors,
             decode_errors=decode_errors,
             constants=constants,
@@ -451,6 +490,15 @@ class _Resolver:
         )
 
     # -- pieces -------------------------------------------------------------------------------
+
+    def _envelope_name(self, sender: dict[str, Any]) -> str | None:
+        """The class of a sender's envelope: its one field set's, or one of its own for several."""
+        included = sender.get("include", [])
+        if not included:
+            return None
+        if len(included) == 1 and included[0] in self.field_sets:
+            return self.field_sets[included[0]].class_name
+        return names.envelope(sender["id"])
 
     def _decisions(self, item: dict[str, Any], path: PathT, subject: str) -> tuple[Decision, ...]:
         out = []
@@ -803,7 +851,10 @@ class _Resolver:
                     (*path, "examples", i, "json", "type"),
                     f"example of {m['type']} has type {example.json.get('type')!r}",
                 )
+        sets = [*envelope_names, *m.get("include", [])]
+        base = self.field_sets.get(sets[0]) if len(set(sets)) == 1 else None
         return Message(
+            base=base,
             type=m["type"],
             class_name=m.get("name") or names.class_name(m["type"]),
             senders=tuple(m["senders"]),

@@ -20,6 +20,7 @@ from codegen.ir import (
     Constant,
     Enum,
     Field,
+    FieldSet,
     Message,
     Protocol,
     Rule,
@@ -208,6 +209,13 @@ class _Builder:
         self.error_codes = {e.code: e.py_name for e in protocol.errors}
         self.uses_meta = False
         self.structs = {s.name: s for s in protocol.structs}
+        self._field_set_classes = {fs.class_name for fs in protocol.field_sets}
+        self._members: dict[str, tuple[tuple[Field, ...], tuple[Rule, ...]]] = {
+            **{s.name: (s.fields, s.rules) for s in protocol.structs},
+            **{fs.class_name: (fs.fields, ()) for fs in protocol.field_sets},
+            **{s.envelope_name: (s.envelope, ()) for s in protocol.senders if s.envelope_name},
+            **{m.class_name: (m.fields, m.rules) for m in protocol.messages},
+        }
         self._checked: dict[str, tuple[bool, bool]] = {}
 
     # -- classes ------------------------------------------------------------------------------
@@ -221,29 +229,30 @@ class _Builder:
             for s in self.p.structs
         ]
         structs += [
+            self._class(fs.class_name, "Struct", None, self._field_set_doc(fs), fs.fields, False)
+            for fs in self.p.field_sets
+        ]
+        structs += [  # a sender that includes several field sets: a class of them all
             self._class(
                 s.envelope_name,
                 "Struct",
                 None,
-                docstring(
-                    f"The envelope: the fields every message the {s.id} sends carries.",
-                    "A message of a type this version does not know must still carry a valid "
-                    "envelope; decoding checks it before it returns an UnknownMessage.",
-                ),
+                docstring(f"The fields every message the {s.id} sends carries."),
                 s.envelope,
                 False,
             )
             for s in self.p.senders
-            if s.envelope_name is not None
+            if s.envelope_name is not None and s.envelope_name not in self._field_set_classes
         ]
         messages = [
             self._class(
                 m.class_name,
-                "Message",
+                f"{m.base.class_name}, Message" if m.base is not None else "Message",
                 m.type,
                 docstring(m.summary, m.description, f"Sent by: {', '.join(m.senders)}."),
-                m.fields,
+                m.own_fields,
                 False,
+                shared_from=m.fields,
             )
             for m in self.p.messages
         ]
@@ -253,8 +262,12 @@ class _Builder:
             check = self._check(s.name, None, s.fields, s.rules)
             if check is not None:
                 checks.append(check)
+        for fs in self.p.field_sets:
+            check = self._check(fs.class_name, None, fs.fields, ())
+            if check is not None:
+                checks.append(check)
         for m in self.p.messages:
-            check = self._check(m.class_name, m.type, m.fields, m.rules)
+            check = self._check(m.class_name, m.type, m.own_fields, m.rules, base=m.base)
             if check is not None:
                 checks.append(check)
                 if self._needs(m.class_name)[0]:
@@ -268,6 +281,23 @@ class _Builder:
             decode_checked=decode_checked,
             field_codes=self._field_codes(),
             uses_meta=self.uses_meta,
+        )
+
+    def _field_set_doc(self, fs: FieldSet) -> list[str]:
+        senders = [u for u in fs.users if u in {s.id for s in self.p.senders}]
+        if senders:
+            who = f"Fields every message the {' and the '.join(senders)} sends carries"
+        else:
+            who = f"Fields the messages {', '.join(fs.users)} carry"
+        unknown = any(
+            s.accepts_unknown and s.envelope_name == fs.class_name for s in self.p.senders
+        )
+        return docstring(
+            f"{who} (the ``{fs.name}`` field set).",
+            "A message of a type this version does not know must still carry them: decoding "
+            "checks them before it returns an ``UnknownMessage``."
+            if unknown
+            else "",
         )
 
     def _enum(self, e: Enum) -> PyEnum:
@@ -291,10 +321,12 @@ class _Builder:
         doc: list[str],
         fields: tuple[Field, ...],
         reject: bool,
+        shared_from: tuple[Field, ...] | None = None,
     ) -> PyClass:
+        """``shared_from``: every field, inherited ones included (for the shared defaults)."""
         shared = [
             (f.py_name, names.default_constant(name, f.py_name), _default_literal(f))
-            for f in fields
+            for f in (shared_from if shared_from is not None else fields)
             if _needs_shared_default(f)
         ]
         constants = {attr: constant for attr, constant, _ in shared}
@@ -409,10 +441,7 @@ class _Builder:
         """(needs a check after decoding, has any check) for a class, memoised."""
         if name in self._checked:
             return self._checked[name]
-        struct = self.structs.get(name)
-        message = next((m for m in self.p.messages if m.class_name == name), None)
-        fields = struct.fields if struct else message.fields if message else ()
-        rules = struct.rules if struct else message.rules if message else ()
+        fields, rules = self._members[name]
         decode = bool(rules) or any(self._field_needs(f)[0] for f in fields)
         full = decode or any(self._field_needs(f)[1] for f in fields)
         self._checked[name] = (decode, full)
@@ -446,15 +475,19 @@ class _Builder:
         message_type: str | None,
         fields: tuple[Field, ...],
         rules: tuple[Rule, ...],
+        base: FieldSet | None = None,
     ) -> PyCheck | None:
         if not self._needs(name)[1]:
             return None
         body: list[str] = []
+        if base is not None and self._needs(base.class_name)[1]:
+            call = f"{names.check_function(base.class_name)}(value, full, path, message_type)"
+            body += [call] if self._needs(base.class_name)[0] else ["if full:", f"    {call}"]
         for f in fields:
             body.extend(self._field_lines(f))
         if rules:
             body.extend(self._rule_lines(fields, rules))
-        what = f"``{message_type}``" if message_type else f":class:`{name}`"
+        what = f"``{message_type}``" if message_type else f"``{name}``"
         return PyCheck(
             function=names.check_function(name),
             class_name=name,

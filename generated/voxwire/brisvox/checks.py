@@ -55,12 +55,14 @@ from voxwire.brisvox.messages import (
     BotTtsStopped,
     BotTtsText,
     CallIdentity,
+    Command,
     CommandError,
     CommandResult,
     ContextMessage,
     ContextRole,
     ContextUpdate,
     End,
+    Envelope,
     ErrorEvent,
     EventsLost,
     EventType,
@@ -105,11 +107,13 @@ __all__ = [
     "check_bot_tts_stopped",
     "check_bot_tts_text",
     "check_call_identity",
+    "check_command",
     "check_command_error",
     "check_command_result",
     "check_context_message",
     "check_context_update",
     "check_end",
+    "check_envelope",
     "check_error_event",
     "check_events_lost",
     "check_latency_summary",
@@ -163,9 +167,7 @@ _PATTERN_2: Final = re.compile(r"^\+[0-9]{8,15}$")
 def check_resume_info(
     value: ResumeInfo, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a :class:`ResumeInfo`; ``full`` adds the rules decoding enforces
-    itself.
-    """
+    """Check the values of a ``ResumeInfo``; ``full`` adds the rules decoding enforces itself."""
     if (
         full
         and (problem := min_value(value.attempt, 1) or max_value(value.attempt, JSON_SAFE_INTEGER))
@@ -201,15 +203,13 @@ def check_resume_info(
 def check_call_identity(
     value: CallIdentity, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a :class:`CallIdentity`; ``full`` adds the rules decoding enforces
-    itself.
-    """
+    """Check the values of a ``CallIdentity``; ``full`` adds the rules decoding enforces itself."""
 
 
 def check_metrics(
     value: Metrics, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a :class:`Metrics`; ``full`` adds the rules decoding enforces itself."""
+    """Check the values of a ``Metrics``; ``full`` adds the rules decoding enforces itself."""
     if (
         value.end_of_turn_ms is not UNSET
         and value.end_of_turn_ms is not None
@@ -276,9 +276,7 @@ def check_metrics(
 def check_token_usage(
     value: TokenUsage, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a :class:`TokenUsage`; ``full`` adds the rules decoding enforces
-    itself.
-    """
+    """Check the values of a ``TokenUsage``; ``full`` adds the rules decoding enforces itself."""
     if (
         full
         and (
@@ -326,9 +324,7 @@ def check_token_usage(
 def check_stage_latency(
     value: StageLatency, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a :class:`StageLatency`; ``full`` adds the rules decoding enforces
-    itself.
-    """
+    """Check the values of a ``StageLatency``; ``full`` adds the rules decoding enforces itself."""
     if full and (problem := finite(value.avg_ms) or min_value(value.avg_ms, 0)) is not None:
         raise ProtocolError(
             ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.avg_ms", message_type=message_type
@@ -342,7 +338,7 @@ def check_stage_latency(
 def check_latency_summary(
     value: LatencySummary, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a :class:`LatencySummary`; ``full`` adds the rules decoding enforces
+    """Check the values of a ``LatencySummary``; ``full`` adds the rules decoding enforces
     itself.
     """
     if value.end_of_turn is not UNSET and value.end_of_turn is not None and full:
@@ -360,7 +356,7 @@ def check_latency_summary(
 def check_llm_usage(
     value: LlmUsage, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a :class:`LlmUsage`; ``full`` adds the rules decoding enforces itself."""
+    """Check the values of a ``LlmUsage``; ``full`` adds the rules decoding enforces itself."""
     if (
         full
         and (
@@ -422,7 +418,7 @@ def check_llm_usage(
 def check_stt_usage(
     value: SttUsage, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a :class:`SttUsage`; ``full`` adds the rules decoding enforces itself."""
+    """Check the values of a ``SttUsage``; ``full`` adds the rules decoding enforces itself."""
     if (
         full
         and (problem := finite(value.audio_seconds) or min_value(value.audio_seconds, 0))
@@ -439,7 +435,7 @@ def check_stt_usage(
 def check_tts_usage(
     value: TtsUsage, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a :class:`TtsUsage`; ``full`` adds the rules decoding enforces itself."""
+    """Check the values of a ``TtsUsage``; ``full`` adds the rules decoding enforces itself."""
     if (
         full
         and (
@@ -459,9 +455,7 @@ def check_tts_usage(
 def check_usage_summary(
     value: UsageSummary, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a :class:`UsageSummary`; ``full`` adds the rules decoding enforces
-    itself.
-    """
+    """Check the values of a ``UsageSummary``; ``full`` adds the rules decoding enforces itself."""
     if value.llm is not UNSET and value.llm is not None and full:
         check_llm_usage(value.llm, full, f"{path}.llm", message_type)
     if value.stt is not UNSET and value.stt is not None and full:
@@ -473,15 +467,13 @@ def check_usage_summary(
 def check_command_error(
     value: CommandError, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a :class:`CommandError`; ``full`` adds the rules decoding enforces
-    itself.
-    """
+    """Check the values of a ``CommandError``; ``full`` adds the rules decoding enforces itself."""
 
 
 def check_tool_declaration(
     value: ToolDeclaration, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a :class:`ToolDeclaration`; ``full`` adds the rules decoding enforces
+    """Check the values of a ``ToolDeclaration``; ``full`` adds the rules decoding enforces
     itself.
     """
     if (
@@ -575,7 +567,7 @@ def check_tool_declaration(
 def check_context_message(
     value: ContextMessage, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a :class:`ContextMessage`; ``full`` adds the rules decoding enforces
+    """Check the values of a ``ContextMessage``; ``full`` adds the rules decoding enforces
     itself.
     """
     if full and (problem := one_of(value.role, _CONTEXT_ROLE_VALUES)) is not None:
@@ -588,10 +580,10 @@ def check_context_message(
         )
 
 
-def check_session_start(
-    value: SessionStart, full: bool, path: str = "$", message_type: str | None = "session.start"
+def check_envelope(
+    value: Envelope, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a ``session.start``; ``full`` adds the rules decoding enforces itself."""
+    """Check the values of a ``Envelope``; ``full`` adds the rules decoding enforces itself."""
     if (
         full
         and (problem := min_value(value.seq, 1) or max_value(value.seq, JSON_SAFE_INTEGER))
@@ -608,6 +600,37 @@ def check_session_start(
         raise ProtocolError(
             ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.t_ms", message_type=message_type
         )
+
+
+def check_command(
+    value: Command, full: bool, path: str = "$", message_type: str | None = None
+) -> None:
+    """Check the values of a ``Command``; ``full`` adds the rules decoding enforces itself."""
+    if (
+        value.id is not UNSET
+        and (problem := min_bytes(value.id, 1) or max_bytes(value.id, MAX_COMMAND_ID_BYTES))
+        is not None
+    ):
+        raise ProtocolError(
+            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.id", message_type=message_type
+        )
+    if (
+        value.re is not UNSET
+        and full
+        and (problem := min_value(value.re, 1) or max_value(value.re, JSON_SAFE_INTEGER))
+        is not None
+    ):
+        raise ProtocolError(
+            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.re", message_type=message_type
+        )
+
+
+def check_session_start(
+    value: SessionStart, full: bool, path: str = "$", message_type: str | None = "session.start"
+) -> None:
+    """Check the values of a ``session.start``; ``full`` adds the rules decoding enforces itself."""
+    if full:
+        check_envelope(value, full, path, message_type)
     if full and (problem := one_of(value.protocol, ("brisvox.agent",))) is not None:
         raise ProtocolError(
             ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.protocol", message_type=message_type
@@ -706,44 +729,16 @@ def check_session_end(
     value: SessionEnd, full: bool, path: str = "$", message_type: str | None = "session.end"
 ) -> None:
     """Check the values of a ``session.end``; ``full`` adds the rules decoding enforces itself."""
-    if (
-        full
-        and (problem := min_value(value.seq, 1) or max_value(value.seq, JSON_SAFE_INTEGER))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.seq", message_type=message_type
-        )
-    if (
-        full
-        and (problem := min_value(value.t_ms, 0) or max_value(value.t_ms, JSON_SAFE_INTEGER))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.t_ms", message_type=message_type
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
 
 
 def check_session_usage(
     value: SessionUsage, full: bool, path: str = "$", message_type: str | None = "session.usage"
 ) -> None:
     """Check the values of a ``session.usage``; ``full`` adds the rules decoding enforces itself."""
-    if (
-        full
-        and (problem := min_value(value.seq, 1) or max_value(value.seq, JSON_SAFE_INTEGER))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.seq", message_type=message_type
-        )
-    if (
-        full
-        and (problem := min_value(value.t_ms, 0) or max_value(value.t_ms, JSON_SAFE_INTEGER))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.t_ms", message_type=message_type
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     if (
         full
         and (
@@ -795,22 +790,8 @@ def check_turn_user_started(
     """Check the values of a ``turn.user_started``; ``full`` adds the rules decoding enforces
     itself.
     """
-    if (
-        full
-        and (problem := min_value(value.seq, 1) or max_value(value.seq, JSON_SAFE_INTEGER))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.seq", message_type=message_type
-        )
-    if (
-        full
-        and (problem := min_value(value.t_ms, 0) or max_value(value.t_ms, JSON_SAFE_INTEGER))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.t_ms", message_type=message_type
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     if (
         full
         and (problem := min_value(value.epoch, 0) or max_value(value.epoch, JSON_SAFE_INTEGER))
@@ -827,22 +808,8 @@ def check_turn_user_ended(
     """Check the values of a ``turn.user_ended``; ``full`` adds the rules decoding enforces
     itself.
     """
-    if (
-        full
-        and (problem := min_value(value.seq, 1) or max_value(value.seq, JSON_SAFE_INTEGER))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.seq", message_type=message_type
-        )
-    if (
-        full
-        and (problem := min_value(value.t_ms, 0) or max_value(value.t_ms, JSON_SAFE_INTEGER))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.t_ms", message_type=message_type
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     if (
         full
         and (problem := min_value(value.epoch, 0) or max_value(value.epoch, JSON_SAFE_INTEGER))
@@ -862,22 +829,8 @@ def check_turn_bot_started(
     """Check the values of a ``turn.bot_started``; ``full`` adds the rules decoding enforces
     itself.
     """
-    if (
-        full
-        and (problem := min_value(value.seq, 1) or max_value(value.seq, JSON_SAFE_INTEGER))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.seq", message_type=message_type
-        )
-    if (
-        full
-        and (problem := min_value(value.t_ms, 0) or max_value(value.t_ms, JSON_SAFE_INTEGER))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.t_ms", message_type=message_type
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     if (
         full
         and (problem := min_value(value.epoch, 0) or max_value(value.epoch, JSON_SAFE_INTEGER))
@@ -894,22 +847,8 @@ def check_turn_bot_ended(
     """Check the values of a ``turn.bot_ended``; ``full`` adds the rules decoding enforces
     itself.
     """
-    if (
-        full
-        and (problem := min_value(value.seq, 1) or max_value(value.seq, JSON_SAFE_INTEGER))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.seq", message_type=message_type
-        )
-    if (
-        full
-        and (problem := min_value(value.t_ms, 0) or max_value(value.t_ms, JSON_SAFE_INTEGER))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.t_ms", message_type=message_type
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     if (
         full
         and (problem := min_value(value.epoch, 0) or max_value(value.epoch, JSON_SAFE_INTEGER))
@@ -929,22 +868,8 @@ def check_turn_interrupted(
     """Check the values of a ``turn.interrupted``; ``full`` adds the rules decoding enforces
     itself.
     """
-    if (
-        full
-        and (problem := min_value(value.seq, 1) or max_value(value.seq, JSON_SAFE_INTEGER))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.seq", message_type=message_type
-        )
-    if (
-        full
-        and (problem := min_value(value.t_ms, 0) or max_value(value.t_ms, JSON_SAFE_INTEGER))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.t_ms", message_type=message_type
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     if (
         full
         and (problem := min_value(value.epoch, 0) or max_value(value.epoch, JSON_SAFE_INTEGER))
@@ -959,22 +884,8 @@ def check_turn_metrics(
     value: TurnMetrics, full: bool, path: str = "$", message_type: str | None = "turn.metrics"
 ) -> None:
     """Check the values of a ``turn.metrics``; ``full`` adds the rules decoding enforces itself."""
-    if (
-        full
-        and (problem := min_value(value.seq, 1) or max_value(value.seq, JSON_SAFE_INTEGER))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.seq", message_type=message_type
-        )
-    if (
-        full
-        and (problem := min_value(value.t_ms, 0) or max_value(value.t_ms, JSON_SAFE_INTEGER))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.t_ms", message_type=message_type
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     if (
         full
         and (problem := min_value(value.epoch, 0) or max_value(value.epoch, JSON_SAFE_INTEGER))
@@ -993,44 +904,16 @@ def check_user_transcript(
     """Check the values of a ``user.transcript``; ``full`` adds the rules decoding enforces
     itself.
     """
-    if (
-        full
-        and (problem := min_value(value.seq, 1) or max_value(value.seq, JSON_SAFE_INTEGER))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.seq", message_type=message_type
-        )
-    if (
-        full
-        and (problem := min_value(value.t_ms, 0) or max_value(value.t_ms, JSON_SAFE_INTEGER))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.t_ms", message_type=message_type
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
 
 
 def check_user_text(
     value: UserText, full: bool, path: str = "$", message_type: str | None = "user.text"
 ) -> None:
     """Check the values of a ``user.text``; ``full`` adds the rules decoding enforces itself."""
-    if (
-        full
-        and (problem := min_value(value.seq, 1) or max_value(value.seq, JSON_SAFE_INTEGER))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.seq", message_type=message_type
-        )
-    if (
-        full
-        and (problem := min_value(value.t_ms, 0) or max_value(value.t_ms, JSON_SAFE_INTEGER))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.t_ms", message_type=message_type
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     if (
         full
         and (problem := min_value(value.epoch, 0) or max_value(value.epoch, JSON_SAFE_INTEGER))
@@ -1047,22 +930,8 @@ def check_bot_llm_started(
     """Check the values of a ``bot.llm_started``; ``full`` adds the rules decoding enforces
     itself.
     """
-    if (
-        full
-        and (problem := min_value(value.seq, 1) or max_value(value.seq, JSON_SAFE_INTEGER))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.seq", message_type=message_type
-        )
-    if (
-        full
-        and (problem := min_value(value.t_ms, 0) or max_value(value.t_ms, JSON_SAFE_INTEGER))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.t_ms", message_type=message_type
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     if (
         full
         and (problem := min_value(value.epoch, 0) or max_value(value.epoch, JSON_SAFE_INTEGER))
@@ -1077,22 +946,8 @@ def check_bot_text(
     value: BotText, full: bool, path: str = "$", message_type: str | None = "bot.text"
 ) -> None:
     """Check the values of a ``bot.text``; ``full`` adds the rules decoding enforces itself."""
-    if (
-        full
-        and (problem := min_value(value.seq, 1) or max_value(value.seq, JSON_SAFE_INTEGER))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.seq", message_type=message_type
-        )
-    if (
-        full
-        and (problem := min_value(value.t_ms, 0) or max_value(value.t_ms, JSON_SAFE_INTEGER))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.t_ms", message_type=message_type
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     if (
         full
         and (problem := min_value(value.epoch, 0) or max_value(value.epoch, JSON_SAFE_INTEGER))
@@ -1109,22 +964,8 @@ def check_bot_llm_stopped(
     """Check the values of a ``bot.llm_stopped``; ``full`` adds the rules decoding enforces
     itself.
     """
-    if (
-        full
-        and (problem := min_value(value.seq, 1) or max_value(value.seq, JSON_SAFE_INTEGER))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.seq", message_type=message_type
-        )
-    if (
-        full
-        and (problem := min_value(value.t_ms, 0) or max_value(value.t_ms, JSON_SAFE_INTEGER))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.t_ms", message_type=message_type
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     if (
         full
         and (problem := min_value(value.epoch, 0) or max_value(value.epoch, JSON_SAFE_INTEGER))
@@ -1141,22 +982,8 @@ def check_bot_tts_text(
     value: BotTtsText, full: bool, path: str = "$", message_type: str | None = "bot.tts_text"
 ) -> None:
     """Check the values of a ``bot.tts_text``; ``full`` adds the rules decoding enforces itself."""
-    if (
-        full
-        and (problem := min_value(value.seq, 1) or max_value(value.seq, JSON_SAFE_INTEGER))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.seq", message_type=message_type
-        )
-    if (
-        full
-        and (problem := min_value(value.t_ms, 0) or max_value(value.t_ms, JSON_SAFE_INTEGER))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.t_ms", message_type=message_type
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     if (
         full
         and (problem := min_value(value.epoch, 0) or max_value(value.epoch, JSON_SAFE_INTEGER))
@@ -1173,22 +1000,8 @@ def check_bot_tts_stopped(
     """Check the values of a ``bot.tts_stopped``; ``full`` adds the rules decoding enforces
     itself.
     """
-    if (
-        full
-        and (problem := min_value(value.seq, 1) or max_value(value.seq, JSON_SAFE_INTEGER))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.seq", message_type=message_type
-        )
-    if (
-        full
-        and (problem := min_value(value.t_ms, 0) or max_value(value.t_ms, JSON_SAFE_INTEGER))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.t_ms", message_type=message_type
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     if (
         full
         and (problem := min_value(value.epoch, 0) or max_value(value.epoch, JSON_SAFE_INTEGER))
@@ -1203,44 +1016,16 @@ def check_error_event(
     value: ErrorEvent, full: bool, path: str = "$", message_type: str | None = "error"
 ) -> None:
     """Check the values of a ``error``; ``full`` adds the rules decoding enforces itself."""
-    if (
-        full
-        and (problem := min_value(value.seq, 1) or max_value(value.seq, JSON_SAFE_INTEGER))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.seq", message_type=message_type
-        )
-    if (
-        full
-        and (problem := min_value(value.t_ms, 0) or max_value(value.t_ms, JSON_SAFE_INTEGER))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.t_ms", message_type=message_type
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
 
 
 def check_events_lost(
     value: EventsLost, full: bool, path: str = "$", message_type: str | None = "events.lost"
 ) -> None:
     """Check the values of a ``events.lost``; ``full`` adds the rules decoding enforces itself."""
-    if (
-        full
-        and (problem := min_value(value.seq, 1) or max_value(value.seq, JSON_SAFE_INTEGER))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.seq", message_type=message_type
-        )
-    if (
-        full
-        and (problem := min_value(value.t_ms, 0) or max_value(value.t_ms, JSON_SAFE_INTEGER))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.t_ms", message_type=message_type
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     if (
         full
         and (problem := min_value(value.count, 0) or max_value(value.count, JSON_SAFE_INTEGER))
@@ -1255,22 +1040,8 @@ def check_tool_call(
     value: ToolCall, full: bool, path: str = "$", message_type: str | None = "tool.call"
 ) -> None:
     """Check the values of a ``tool.call``; ``full`` adds the rules decoding enforces itself."""
-    if (
-        full
-        and (problem := min_value(value.seq, 1) or max_value(value.seq, JSON_SAFE_INTEGER))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.seq", message_type=message_type
-        )
-    if (
-        full
-        and (problem := min_value(value.t_ms, 0) or max_value(value.t_ms, JSON_SAFE_INTEGER))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.t_ms", message_type=message_type
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     if (
         full
         and (problem := min_value(value.id, 0) or max_value(value.id, JSON_SAFE_INTEGER))
@@ -1333,22 +1104,8 @@ def check_tool_cancel(
     value: ToolCancel, full: bool, path: str = "$", message_type: str | None = "tool.cancel"
 ) -> None:
     """Check the values of a ``tool.cancel``; ``full`` adds the rules decoding enforces itself."""
-    if (
-        full
-        and (problem := min_value(value.seq, 1) or max_value(value.seq, JSON_SAFE_INTEGER))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.seq", message_type=message_type
-        )
-    if (
-        full
-        and (problem := min_value(value.t_ms, 0) or max_value(value.t_ms, JSON_SAFE_INTEGER))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.t_ms", message_type=message_type
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     if (
         full
         and (problem := min_value(value.id, 0) or max_value(value.id, JSON_SAFE_INTEGER))
@@ -1409,23 +1166,7 @@ def check_tool_result(
 
 def check_say(value: Say, full: bool, path: str = "$", message_type: str | None = "say") -> None:
     """Check the values of a ``say``; ``full`` adds the rules decoding enforces itself."""
-    if (
-        value.id is not UNSET
-        and (problem := min_bytes(value.id, 1) or max_bytes(value.id, MAX_COMMAND_ID_BYTES))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.id", message_type=message_type
-        )
-    if (
-        value.re is not UNSET
-        and full
-        and (problem := min_value(value.re, 1) or max_value(value.re, JSON_SAFE_INTEGER))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.re", message_type=message_type
-        )
+    check_command(value, full, path, message_type)
     if (problem := not_blank(value.text) or max_bytes(value.text, MAX_LINE_BYTES)) is not None:
         raise ProtocolError(
             ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.text", message_type=message_type
@@ -1434,23 +1175,7 @@ def check_say(value: Say, full: bool, path: str = "$", message_type: str | None 
 
 def check_end(value: End, full: bool, path: str = "$", message_type: str | None = "end") -> None:
     """Check the values of a ``end``; ``full`` adds the rules decoding enforces itself."""
-    if (
-        value.id is not UNSET
-        and (problem := min_bytes(value.id, 1) or max_bytes(value.id, MAX_COMMAND_ID_BYTES))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.id", message_type=message_type
-        )
-    if (
-        value.re is not UNSET
-        and full
-        and (problem := min_value(value.re, 1) or max_value(value.re, JSON_SAFE_INTEGER))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.re", message_type=message_type
-        )
+    check_command(value, full, path, message_type)
     if (
         value.say is not UNSET
         and (problem := not_blank(value.say) or max_bytes(value.say, MAX_LINE_BYTES)) is not None
@@ -1471,23 +1196,7 @@ def check_transfer(
     value: Transfer, full: bool, path: str = "$", message_type: str | None = "transfer"
 ) -> None:
     """Check the values of a ``transfer``; ``full`` adds the rules decoding enforces itself."""
-    if (
-        value.id is not UNSET
-        and (problem := min_bytes(value.id, 1) or max_bytes(value.id, MAX_COMMAND_ID_BYTES))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.id", message_type=message_type
-        )
-    if (
-        value.re is not UNSET
-        and full
-        and (problem := min_value(value.re, 1) or max_value(value.re, JSON_SAFE_INTEGER))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.re", message_type=message_type
-        )
+    check_command(value, full, path, message_type)
     if full and (problem := matches(value.destination, _PATTERN_2)) is not None:
         raise ProtocolError(
             ErrorCode.INVALID_ARGUMENT,
@@ -1521,23 +1230,7 @@ def check_context_update(
     """Check the values of a ``context.update``; ``full`` adds the rules decoding enforces
     itself.
     """
-    if (
-        value.id is not UNSET
-        and (problem := min_bytes(value.id, 1) or max_bytes(value.id, MAX_COMMAND_ID_BYTES))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.id", message_type=message_type
-        )
-    if (
-        value.re is not UNSET
-        and full
-        and (problem := min_value(value.re, 1) or max_value(value.re, JSON_SAFE_INTEGER))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.re", message_type=message_type
-        )
+    check_command(value, full, path, message_type)
     if (
         value.system_prompt is not UNSET
         and (problem := max_bytes(value.system_prompt, MAX_SYSTEM_PROMPT_BYTES)) is not None
@@ -1565,23 +1258,7 @@ def check_tools_set(
     value: ToolsSet, full: bool, path: str = "$", message_type: str | None = "tools.set"
 ) -> None:
     """Check the values of a ``tools.set``; ``full`` adds the rules decoding enforces itself."""
-    if (
-        value.id is not UNSET
-        and (problem := min_bytes(value.id, 1) or max_bytes(value.id, MAX_COMMAND_ID_BYTES))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.id", message_type=message_type
-        )
-    if (
-        value.re is not UNSET
-        and full
-        and (problem := min_value(value.re, 1) or max_value(value.re, JSON_SAFE_INTEGER))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.re", message_type=message_type
-        )
+    check_command(value, full, path, message_type)
     if (
         value.enabled is not None
         and full
@@ -1598,22 +1275,8 @@ def check_command_result(
     """Check the values of a ``command.result``; ``full`` adds the rules decoding enforces
     itself.
     """
-    if (
-        full
-        and (problem := min_value(value.seq, 1) or max_value(value.seq, JSON_SAFE_INTEGER))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.seq", message_type=message_type
-        )
-    if (
-        full
-        and (problem := min_value(value.t_ms, 0) or max_value(value.t_ms, JSON_SAFE_INTEGER))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.t_ms", message_type=message_type
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     if (problem := min_bytes(value.id, 1) or max_bytes(value.id, MAX_COMMAND_ID_BYTES)) is not None:
         raise ProtocolError(
             ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.id", message_type=message_type

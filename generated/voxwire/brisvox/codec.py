@@ -60,10 +60,10 @@ from voxwire.brisvox.messages import (
     CommandResult,
     ContextUpdate,
     End,
+    Envelope,
     ErrorEvent,
     EventsLost,
     Say,
-    ServerEnvelope,
     ServerMessage,
     SessionAccept,
     SessionEnd,
@@ -106,7 +106,7 @@ _CODEC: Final = JsonCodec(
     ),
     max_message_bytes=MAX_MESSAGE_BYTES,
     senders={
-        "server": SenderSpec(ServerMessage, accepts_unknown=True, envelope=ServerEnvelope),
+        "server": SenderSpec(ServerMessage, accepts_unknown=True, envelope=Envelope),
         "agent": SenderSpec(AgentMessage, accepts_unknown=False, envelope=None),
     },
     checks={

@@ -39,12 +39,14 @@ __all__ = [
     "CallIdentity",
     "Capabilities",
     "Carrier",
+    "Command",
     "CommandError",
     "CommandResult",
     "ContextMessage",
     "ContextRole",
     "ContextUpdate",
     "End",
+    "Envelope",
     "ErrorEvent",
     "ErrorStage",
     "EventType",
@@ -57,7 +59,6 @@ __all__ = [
     "RejectCode",
     "ResumeInfo",
     "Say",
-    "ServerEnvelope",
     "ServerMessage",
     "SessionAccept",
     "SessionEnd",
@@ -609,11 +610,11 @@ class ContextMessage(Object, kw_only=True):
     """
 
 
-class ServerEnvelope(Object, kw_only=True):
-    """The envelope: the fields every message the server sends carries.
+class Envelope(Object, kw_only=True):
+    """Fields every message the server sends carries (the ``envelope`` field set).
 
-    A message of a type this version does not know must still carry a valid envelope; decoding
-    checks it before it returns an UnknownMessage.
+    A message of a type this version does not know must still carry them: decoding checks them
+    before it returns an ``UnknownMessage``.
     """
 
     seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
@@ -632,7 +633,28 @@ class ServerEnvelope(Object, kw_only=True):
     """
 
 
-class SessionStart(Message, tag="session.start", kw_only=True):
+class Command(Object, kw_only=True):
+    """Fields the messages say, end, transfer, context.update, tools.set carry (the ``command``
+    field set).
+    """
+
+    id: str | UnsetType = UNSET
+    """The command's id, echoed by its command.result. A command.result is sent only for a
+    command that carries an id; a failure of a command without one is reported as an error
+    event with stage agent_link.
+
+    Limits: ≥ 1 UTF-8 bytes, ≤ 64 UTF-8 bytes (MAX_COMMAND_ID_BYTES).
+    """
+
+    re: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)] | UnsetType = UNSET
+    """The seq of the server event the command reacts to; the server measures the hop latency
+    with it.
+
+    Limits: ≥ 1.
+    """
+
+
+class SessionStart(Envelope, Message, tag="session.start", kw_only=True):
     """The first message on every link, offering the protocol versions.
 
     The server sends it first on every connection, resumptions included. The agent answers
@@ -643,21 +665,6 @@ class SessionStart(Message, tag="session.start", kw_only=True):
     """
 
     type: ClassVar[Literal["session.start"]] = "session.start"
-
-    seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
-    """Message number on the call: 1 for the session.start of a fresh call, then one more for
-    every message the server writes. Seq order is write order, and a seq is never repeated
-    within a call, reconnections included.
-
-    Limits: ≥ 1.
-    """
-
-    t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
-    """Milliseconds on the call's clock since the call's first link opened: 0 in the first
-    session.start, continuing across reconnections.
-
-    Limits: ≥ 0.
-    """
 
     protocol: Literal["brisvox.agent"]
     """Always brisvox.agent (protocol_name).
@@ -771,7 +778,7 @@ class SessionReject(Message, tag="session.reject", kw_only=True):
     """A human-readable explanation, for the server's log."""
 
 
-class SessionEnd(Message, tag="session.end", kw_only=True):
+class SessionEnd(Envelope, Message, tag="session.end", kw_only=True):
     """The last message of the call.
 
     Always delivered. After it the server closes the link within close_timeout_ms; it is final
@@ -782,26 +789,11 @@ class SessionEnd(Message, tag="session.end", kw_only=True):
 
     type: ClassVar[Literal["session.end"]] = "session.end"
 
-    seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
-    """Message number on the call: 1 for the session.start of a fresh call, then one more for
-    every message the server writes. Seq order is write order, and a seq is never repeated
-    within a call, reconnections included.
-
-    Limits: ≥ 1.
-    """
-
-    t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
-    """Milliseconds on the call's clock since the call's first link opened: 0 in the first
-    session.start, continuing across reconnections.
-
-    Limits: ≥ 0.
-    """
-
     reason: str
     """Why the call ended (call_ended, hangup, ended_by_agent, or a newer reason)."""
 
 
-class SessionUsage(Message, tag="session.usage", kw_only=True):
+class SessionUsage(Envelope, Message, tag="session.usage", kw_only=True):
     """What the call used and how fast it was, sent once right before session.end.
 
     Always delivered, whatever the subscription; missing when the link was down at the end of
@@ -811,21 +803,6 @@ class SessionUsage(Message, tag="session.usage", kw_only=True):
     """
 
     type: ClassVar[Literal["session.usage"]] = "session.usage"
-
-    seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
-    """Message number on the call: 1 for the session.start of a fresh call, then one more for
-    every message the server writes. Seq order is write order, and a seq is never repeated
-    within a call, reconnections included.
-
-    Limits: ≥ 1.
-    """
-
-    t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
-    """Milliseconds on the call's clock since the call's first link opened: 0 in the first
-    session.start, continuing across reconnections.
-
-    Limits: ≥ 0.
-    """
 
     duration_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """From the start to the end of the call, on the server's clock.
@@ -852,7 +829,7 @@ class SessionUsage(Message, tag="session.usage", kw_only=True):
     """The providers' units (LLM tokens, STT audio seconds, TTS characters)."""
 
 
-class TurnUserStarted(Message, tag="turn.user_started", kw_only=True):
+class TurnUserStarted(Envelope, Message, tag="turn.user_started", kw_only=True):
     """A user turn started (speech, or a confirmed barge-in).
 
     Bot events of an older epoch than the newest turn.user_started or turn.interrupted belong
@@ -863,21 +840,6 @@ class TurnUserStarted(Message, tag="turn.user_started", kw_only=True):
 
     type: ClassVar[Literal["turn.user_started"]] = "turn.user_started"
 
-    seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
-    """Message number on the call: 1 for the session.start of a fresh call, then one more for
-    every message the server writes. Seq order is write order, and a seq is never repeated
-    within a call, reconnections included.
-
-    Limits: ≥ 1.
-    """
-
-    t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
-    """Milliseconds on the call's clock since the call's first link opened: 0 in the first
-    session.start, continuing across reconnections.
-
-    Limits: ≥ 0.
-    """
-
     epoch: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """The engine's turn number.
 
@@ -885,7 +847,7 @@ class TurnUserStarted(Message, tag="turn.user_started", kw_only=True):
     """
 
 
-class TurnUserEnded(Message, tag="turn.user_ended", kw_only=True):
+class TurnUserEnded(Envelope, Message, tag="turn.user_ended", kw_only=True):
     """The user turn ended and the engine answers it now.
 
     Sent by: server.
@@ -893,21 +855,6 @@ class TurnUserEnded(Message, tag="turn.user_ended", kw_only=True):
 
     type: ClassVar[Literal["turn.user_ended"]] = "turn.user_ended"
 
-    seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
-    """Message number on the call: 1 for the session.start of a fresh call, then one more for
-    every message the server writes. Seq order is write order, and a seq is never repeated
-    within a call, reconnections included.
-
-    Limits: ≥ 1.
-    """
-
-    t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
-    """Milliseconds on the call's clock since the call's first link opened: 0 in the first
-    session.start, continuing across reconnections.
-
-    Limits: ≥ 0.
-    """
-
     epoch: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """The engine's turn number.
 
@@ -915,28 +862,13 @@ class TurnUserEnded(Message, tag="turn.user_ended", kw_only=True):
     """
 
 
-class TurnBotStarted(Message, tag="turn.bot_started", kw_only=True):
+class TurnBotStarted(Envelope, Message, tag="turn.bot_started", kw_only=True):
     """The bot's audio of the epoch started playing.
 
     Sent by: server.
     """
 
     type: ClassVar[Literal["turn.bot_started"]] = "turn.bot_started"
-
-    seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
-    """Message number on the call: 1 for the session.start of a fresh call, then one more for
-    every message the server writes. Seq order is write order, and a seq is never repeated
-    within a call, reconnections included.
-
-    Limits: ≥ 1.
-    """
-
-    t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
-    """Milliseconds on the call's clock since the call's first link opened: 0 in the first
-    session.start, continuing across reconnections.
-
-    Limits: ≥ 0.
-    """
 
     epoch: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """The turn whose audio started.
@@ -945,28 +877,13 @@ class TurnBotStarted(Message, tag="turn.bot_started", kw_only=True):
     """
 
 
-class TurnBotEnded(Message, tag="turn.bot_ended", kw_only=True):
+class TurnBotEnded(Envelope, Message, tag="turn.bot_ended", kw_only=True):
     """The bot's audio of the epoch played to its end.
 
     Sent by: server.
     """
 
     type: ClassVar[Literal["turn.bot_ended"]] = "turn.bot_ended"
-
-    seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
-    """Message number on the call: 1 for the session.start of a fresh call, then one more for
-    every message the server writes. Seq order is write order, and a seq is never repeated
-    within a call, reconnections included.
-
-    Limits: ≥ 1.
-    """
-
-    t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
-    """Milliseconds on the call's clock since the call's first link opened: 0 in the first
-    session.start, continuing across reconnections.
-
-    Limits: ≥ 0.
-    """
 
     epoch: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """The turn whose audio ended.
@@ -975,28 +892,13 @@ class TurnBotEnded(Message, tag="turn.bot_ended", kw_only=True):
     """
 
 
-class TurnInterrupted(Message, tag="turn.interrupted", kw_only=True):
+class TurnInterrupted(Envelope, Message, tag="turn.interrupted", kw_only=True):
     """A barge-in moved the call to a new epoch; everything older was dropped.
 
     Sent by: server.
     """
 
     type: ClassVar[Literal["turn.interrupted"]] = "turn.interrupted"
-
-    seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
-    """Message number on the call: 1 for the session.start of a fresh call, then one more for
-    every message the server writes. Seq order is write order, and a seq is never repeated
-    within a call, reconnections included.
-
-    Limits: ≥ 1.
-    """
-
-    t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
-    """Milliseconds on the call's clock since the call's first link opened: 0 in the first
-    session.start, continuing across reconnections.
-
-    Limits: ≥ 0.
-    """
 
     epoch: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """The epoch the call moved to.
@@ -1005,28 +907,13 @@ class TurnInterrupted(Message, tag="turn.interrupted", kw_only=True):
     """
 
 
-class TurnMetrics(Message, tag="turn.metrics", kw_only=True):
+class TurnMetrics(Envelope, Message, tag="turn.metrics", kw_only=True):
     """The latencies of a turn, taken when its first audio went out.
 
     Sent by: server.
     """
 
     type: ClassVar[Literal["turn.metrics"]] = "turn.metrics"
-
-    seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
-    """Message number on the call: 1 for the session.start of a fresh call, then one more for
-    every message the server writes. Seq order is write order, and a seq is never repeated
-    within a call, reconnections included.
-
-    Limits: ≥ 1.
-    """
-
-    t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
-    """Milliseconds on the call's clock since the call's first link opened: 0 in the first
-    session.start, continuing across reconnections.
-
-    Limits: ≥ 0.
-    """
 
     epoch: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """The turn measured.
@@ -1038,7 +925,7 @@ class TurnMetrics(Message, tag="turn.metrics", kw_only=True):
     """The turn's latencies; a value no stage measured is absent or null."""
 
 
-class UserTranscript(Message, tag="user.transcript", kw_only=True):
+class UserTranscript(Envelope, Message, tag="user.transcript", kw_only=True):
     """An STT segment, interim while final is false.
 
     Transcripts carry no epoch.
@@ -1048,21 +935,6 @@ class UserTranscript(Message, tag="user.transcript", kw_only=True):
 
     type: ClassVar[Literal["user.transcript"]] = "user.transcript"
 
-    seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
-    """Message number on the call: 1 for the session.start of a fresh call, then one more for
-    every message the server writes. Seq order is write order, and a seq is never repeated
-    within a call, reconnections included.
-
-    Limits: ≥ 1.
-    """
-
-    t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
-    """Milliseconds on the call's clock since the call's first link opened: 0 in the first
-    session.start, continuing across reconnections.
-
-    Limits: ≥ 0.
-    """
-
     text: str
     """The segment's text."""
 
@@ -1070,28 +942,13 @@ class UserTranscript(Message, tag="user.transcript", kw_only=True):
     """True for a final segment, false for an interim one."""
 
 
-class UserText(Message, tag="user.text", kw_only=True):
+class UserText(Envelope, Message, tag="user.text", kw_only=True):
     """The whole text of the user turn the LLM answers (spoken finals and typed text).
 
     Sent by: server.
     """
 
     type: ClassVar[Literal["user.text"]] = "user.text"
-
-    seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
-    """Message number on the call: 1 for the session.start of a fresh call, then one more for
-    every message the server writes. Seq order is write order, and a seq is never repeated
-    within a call, reconnections included.
-
-    Limits: ≥ 1.
-    """
-
-    t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
-    """Milliseconds on the call's clock since the call's first link opened: 0 in the first
-    session.start, continuing across reconnections.
-
-    Limits: ≥ 0.
-    """
 
     epoch: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """The user turn.
@@ -1103,28 +960,13 @@ class UserText(Message, tag="user.text", kw_only=True):
     """The turn's text."""
 
 
-class BotLlmStarted(Message, tag="bot.llm_started", kw_only=True):
+class BotLlmStarted(Envelope, Message, tag="bot.llm_started", kw_only=True):
     """The LLM started a response round (a tool loop has several).
 
     Sent by: server.
     """
 
     type: ClassVar[Literal["bot.llm_started"]] = "bot.llm_started"
-
-    seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
-    """Message number on the call: 1 for the session.start of a fresh call, then one more for
-    every message the server writes. Seq order is write order, and a seq is never repeated
-    within a call, reconnections included.
-
-    Limits: ≥ 1.
-    """
-
-    t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
-    """Milliseconds on the call's clock since the call's first link opened: 0 in the first
-    session.start, continuing across reconnections.
-
-    Limits: ≥ 0.
-    """
 
     epoch: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """The response's turn.
@@ -1133,28 +975,13 @@ class BotLlmStarted(Message, tag="bot.llm_started", kw_only=True):
     """
 
 
-class BotText(Message, tag="bot.text", kw_only=True):
+class BotText(Envelope, Message, tag="bot.text", kw_only=True):
     """A streamed LLM delta; a bot line arrives as one delta.
 
     Sent by: server.
     """
 
     type: ClassVar[Literal["bot.text"]] = "bot.text"
-
-    seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
-    """Message number on the call: 1 for the session.start of a fresh call, then one more for
-    every message the server writes. Seq order is write order, and a seq is never repeated
-    within a call, reconnections included.
-
-    Limits: ≥ 1.
-    """
-
-    t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
-    """Milliseconds on the call's clock since the call's first link opened: 0 in the first
-    session.start, continuing across reconnections.
-
-    Limits: ≥ 0.
-    """
 
     epoch: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """The response's turn.
@@ -1166,28 +993,13 @@ class BotText(Message, tag="bot.text", kw_only=True):
     """The delta."""
 
 
-class BotLlmStopped(Message, tag="bot.llm_stopped", kw_only=True):
+class BotLlmStopped(Envelope, Message, tag="bot.llm_stopped", kw_only=True):
     """The response ended.
 
     Sent by: server.
     """
 
     type: ClassVar[Literal["bot.llm_stopped"]] = "bot.llm_stopped"
-
-    seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
-    """Message number on the call: 1 for the session.start of a fresh call, then one more for
-    every message the server writes. Seq order is write order, and a seq is never repeated
-    within a call, reconnections included.
-
-    Limits: ≥ 1.
-    """
-
-    t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
-    """Milliseconds on the call's clock since the call's first link opened: 0 in the first
-    session.start, continuing across reconnections.
-
-    Limits: ≥ 0.
-    """
 
     epoch: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """The response's turn.
@@ -1201,28 +1013,13 @@ class BotLlmStopped(Message, tag="bot.llm_stopped", kw_only=True):
     """
 
 
-class BotTtsText(Message, tag="bot.tts_text", kw_only=True):
+class BotTtsText(Envelope, Message, tag="bot.tts_text", kw_only=True):
     """A chunk of text sent to the TTS.
 
     Sent by: server.
     """
 
     type: ClassVar[Literal["bot.tts_text"]] = "bot.tts_text"
-
-    seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
-    """Message number on the call: 1 for the session.start of a fresh call, then one more for
-    every message the server writes. Seq order is write order, and a seq is never repeated
-    within a call, reconnections included.
-
-    Limits: ≥ 1.
-    """
-
-    t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
-    """Milliseconds on the call's clock since the call's first link opened: 0 in the first
-    session.start, continuing across reconnections.
-
-    Limits: ≥ 0.
-    """
 
     epoch: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """The response's turn.
@@ -1234,28 +1031,13 @@ class BotTtsText(Message, tag="bot.tts_text", kw_only=True):
     """The chunk."""
 
 
-class BotTtsStopped(Message, tag="bot.tts_stopped", kw_only=True):
+class BotTtsStopped(Envelope, Message, tag="bot.tts_stopped", kw_only=True):
     """The TTS produced the response's last audio.
 
     Sent by: server.
     """
 
     type: ClassVar[Literal["bot.tts_stopped"]] = "bot.tts_stopped"
-
-    seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
-    """Message number on the call: 1 for the session.start of a fresh call, then one more for
-    every message the server writes. Seq order is write order, and a seq is never repeated
-    within a call, reconnections included.
-
-    Limits: ≥ 1.
-    """
-
-    t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
-    """Milliseconds on the call's clock since the call's first link opened: 0 in the first
-    session.start, continuing across reconnections.
-
-    Limits: ≥ 0.
-    """
 
     epoch: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """The response's turn.
@@ -1264,7 +1046,7 @@ class BotTtsStopped(Message, tag="bot.tts_stopped", kw_only=True):
     """
 
 
-class ErrorEvent(Message, tag="error", kw_only=True):
+class ErrorEvent(Envelope, Message, tag="error", kw_only=True):
     """A pipeline stage reported an error, or the link refused something without a command id.
 
     Always delivered. With stage agent_link it reports a refused agent message that carried no
@@ -1275,21 +1057,6 @@ class ErrorEvent(Message, tag="error", kw_only=True):
     """
 
     type: ClassVar[Literal["error"]] = "error"
-
-    seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
-    """Message number on the call: 1 for the session.start of a fresh call, then one more for
-    every message the server writes. Seq order is write order, and a seq is never repeated
-    within a call, reconnections included.
-
-    Limits: ≥ 1.
-    """
-
-    t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
-    """Milliseconds on the call's clock since the call's first link opened: 0 in the first
-    session.start, continuing across reconnections.
-
-    Limits: ≥ 0.
-    """
 
     stage: str
     """The stage that reported it; agent_link for the link's own refusals."""
@@ -1303,7 +1070,7 @@ class ErrorEvent(Message, tag="error", kw_only=True):
     """True when the stage cannot go on."""
 
 
-class EventsLost(Message, tag="events.lost", kw_only=True):
+class EventsLost(Envelope, Message, tag="events.lost", kw_only=True):
     """Events that never reached the agent (backpressure, or a reconnection outage).
 
     Always delivered. After a resumption it comes before the first event and counts the events
@@ -1314,21 +1081,6 @@ class EventsLost(Message, tag="events.lost", kw_only=True):
 
     type: ClassVar[Literal["events.lost"]] = "events.lost"
 
-    seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
-    """Message number on the call: 1 for the session.start of a fresh call, then one more for
-    every message the server writes. Seq order is write order, and a seq is never repeated
-    within a call, reconnections included.
-
-    Limits: ≥ 1.
-    """
-
-    t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
-    """Milliseconds on the call's clock since the call's first link opened: 0 in the first
-    session.start, continuing across reconnections.
-
-    Limits: ≥ 0.
-    """
-
     count: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """How many events were lost.
 
@@ -1336,7 +1088,7 @@ class EventsLost(Message, tag="events.lost", kw_only=True):
     """
 
 
-class ToolCall(Message, tag="tool.call", kw_only=True):
+class ToolCall(Envelope, Message, tag="tool.call", kw_only=True):
     """Run a remote tool and answer with tool.result echoing id.
 
     The engine already validated the arguments against the declaration's parameters. A confirm
@@ -1347,21 +1099,6 @@ class ToolCall(Message, tag="tool.call", kw_only=True):
     """
 
     type: ClassVar[Literal["tool.call"]] = "tool.call"
-
-    seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
-    """Message number on the call: 1 for the session.start of a fresh call, then one more for
-    every message the server writes. Seq order is write order, and a seq is never repeated
-    within a call, reconnections included.
-
-    Limits: ≥ 1.
-    """
-
-    t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
-    """Milliseconds on the call's clock since the call's first link opened: 0 in the first
-    session.start, continuing across reconnections.
-
-    Limits: ≥ 0.
-    """
 
     id: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """The link's request id, echoed by tool.result and tool.cancel. It never repeats within a
@@ -1414,7 +1151,7 @@ class ToolCall(Message, tag="tool.call", kw_only=True):
     """
 
 
-class ToolCancel(Message, tag="tool.cancel", kw_only=True):
+class ToolCancel(Envelope, Message, tag="tool.cancel", kw_only=True):
     """The server stopped waiting for a tool call; a later result is ignored.
 
     For a read_only call the agent should stop the work (the SDK cancels it and sends no
@@ -1425,21 +1162,6 @@ class ToolCancel(Message, tag="tool.cancel", kw_only=True):
     """
 
     type: ClassVar[Literal["tool.cancel"]] = "tool.cancel"
-
-    seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
-    """Message number on the call: 1 for the session.start of a fresh call, then one more for
-    every message the server writes. Seq order is write order, and a seq is never repeated
-    within a call, reconnections included.
-
-    Limits: ≥ 1.
-    """
-
-    t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
-    """Milliseconds on the call's clock since the call's first link opened: 0 in the first
-    session.start, continuing across reconnections.
-
-    Limits: ≥ 0.
-    """
 
     id: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """The tool.call's id.
@@ -1477,7 +1199,7 @@ class ToolResult(Message, tag="tool.result", kw_only=True):
     """A failure; it reaches the LLM as a tool_failed error result."""
 
 
-class Say(Message, tag="say", kw_only=True):
+class Say(Command, Message, tag="say", kw_only=True):
     """Speak a bot line verbatim, with no LLM request.
 
     The line is a bot turn: when nobody speaks and no response runs, a new epoch starts and
@@ -1491,21 +1213,6 @@ class Say(Message, tag="say", kw_only=True):
 
     type: ClassVar[Literal["say"]] = "say"
 
-    id: str | UnsetType = UNSET
-    """The command's id, echoed by its command.result. A command.result is sent only for a
-    command that carries an id; a failure of a command without one is reported as an error
-    event with stage agent_link.
-
-    Limits: ≥ 1 UTF-8 bytes, ≤ 64 UTF-8 bytes (MAX_COMMAND_ID_BYTES).
-    """
-
-    re: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)] | UnsetType = UNSET
-    """The seq of the server event the command reacts to; the server measures the hop latency
-    with it.
-
-    Limits: ≥ 1.
-    """
-
     text: str
     """The line to speak.
 
@@ -1518,7 +1225,7 @@ class Say(Message, tag="say", kw_only=True):
     """
 
 
-class End(Message, tag="end", kw_only=True):
+class End(Command, Message, tag="end", kw_only=True):
     """End the call gracefully, after an optional farewell.
 
     The server stops the call as at a drain (the farewell is spoken first, the wait for
@@ -1530,21 +1237,6 @@ class End(Message, tag="end", kw_only=True):
     """
 
     type: ClassVar[Literal["end"]] = "end"
-
-    id: str | UnsetType = UNSET
-    """The command's id, echoed by its command.result. A command.result is sent only for a
-    command that carries an id; a failure of a command without one is reported as an error
-    event with stage agent_link.
-
-    Limits: ≥ 1 UTF-8 bytes, ≤ 64 UTF-8 bytes (MAX_COMMAND_ID_BYTES).
-    """
-
-    re: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)] | UnsetType = UNSET
-    """The seq of the server event the command reacts to; the server measures the hop latency
-    with it.
-
-    Limits: ≥ 1.
-    """
 
     say: str | UnsetType = UNSET
     """A farewell line, with the rules of say.text.
@@ -1559,7 +1251,7 @@ class End(Message, tag="end", kw_only=True):
     """
 
 
-class Transfer(Message, tag="transfer", kw_only=True):
+class Transfer(Command, Message, tag="transfer", kw_only=True):
     """Transfer the call through its carrier binding.
 
     Goes through the same carrier binding as the transfer_call tool; unsupported when
@@ -1571,21 +1263,6 @@ class Transfer(Message, tag="transfer", kw_only=True):
     """
 
     type: ClassVar[Literal["transfer"]] = "transfer"
-
-    id: str | UnsetType = UNSET
-    """The command's id, echoed by its command.result. A command.result is sent only for a
-    command that carries an id; a failure of a command without one is reported as an error
-    event with stage agent_link.
-
-    Limits: ≥ 1 UTF-8 bytes, ≤ 64 UTF-8 bytes (MAX_COMMAND_ID_BYTES).
-    """
-
-    re: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)] | UnsetType = UNSET
-    """The seq of the server event the command reacts to; the server measures the hop latency
-    with it.
-
-    Limits: ≥ 1.
-    """
 
     destination: Annotated[str, Meta(pattern=r"^\+[0-9]{8,15}\Z")]
     """An E.164 number: + and min_e164_digits to max_e164_digits ASCII digits, nothing else (no
@@ -1610,7 +1287,7 @@ class Transfer(Message, tag="transfer", kw_only=True):
     """
 
 
-class ContextUpdate(Message, tag="context.update", kw_only=True):
+class ContextUpdate(Command, Message, tag="context.update", kw_only=True):
     """Replace the system prompt and/or append messages to the conversation.
 
     Applied at the LLM runner's next safe point (right before the next response starts, never
@@ -1621,21 +1298,6 @@ class ContextUpdate(Message, tag="context.update", kw_only=True):
     """
 
     type: ClassVar[Literal["context.update"]] = "context.update"
-
-    id: str | UnsetType = UNSET
-    """The command's id, echoed by its command.result. A command.result is sent only for a
-    command that carries an id; a failure of a command without one is reported as an error
-    event with stage agent_link.
-
-    Limits: ≥ 1 UTF-8 bytes, ≤ 64 UTF-8 bytes (MAX_COMMAND_ID_BYTES).
-    """
-
-    re: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)] | UnsetType = UNSET
-    """The seq of the server event the command reacts to; the server measures the hop latency
-    with it.
-
-    Limits: ≥ 1.
-    """
 
     system_prompt: str | UnsetType = UNSET
     """The new system prompt.
@@ -1652,7 +1314,7 @@ class ContextUpdate(Message, tag="context.update", kw_only=True):
     """
 
 
-class ToolsSet(Message, tag="tools.set", kw_only=True):
+class ToolsSet(Command, Message, tag="tools.set", kw_only=True):
     """Choose which tools the LLM is offered.
 
     Applied at the LLM runner's next safe point. With a flow it narrows the node's tools. It
@@ -1664,21 +1326,6 @@ class ToolsSet(Message, tag="tools.set", kw_only=True):
 
     type: ClassVar[Literal["tools.set"]] = "tools.set"
 
-    id: str | UnsetType = UNSET
-    """The command's id, echoed by its command.result. A command.result is sent only for a
-    command that carries an id; a failure of a command without one is reported as an error
-    event with stage agent_link.
-
-    Limits: ≥ 1 UTF-8 bytes, ≤ 64 UTF-8 bytes (MAX_COMMAND_ID_BYTES).
-    """
-
-    re: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)] | UnsetType = UNSET
-    """The seq of the server event the command reacts to; the server measures the hop latency
-    with it.
-
-    Limits: ≥ 1.
-    """
-
     enabled: Annotated[list[str], Meta(max_length=MAX_ENABLED_TOOLS)] | None
     """Names of the tools to offer, local and remote; null offers every tool again, [] none.
     Always written.
@@ -1687,7 +1334,7 @@ class ToolsSet(Message, tag="tools.set", kw_only=True):
     """
 
 
-class CommandResult(Message, tag="command.result", kw_only=True):
+class CommandResult(Envelope, Message, tag="command.result", kw_only=True):
     """The outcome of a command that carried an id.
 
     Sent only for commands with an id, in arrival order, except for end and transfer, which
@@ -1697,21 +1344,6 @@ class CommandResult(Message, tag="command.result", kw_only=True):
     """
 
     type: ClassVar[Literal["command.result"]] = "command.result"
-
-    seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
-    """Message number on the call: 1 for the session.start of a fresh call, then one more for
-    every message the server writes. Seq order is write order, and a seq is never repeated
-    within a call, reconnections included.
-
-    Limits: ≥ 1.
-    """
-
-    t_ms: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
-    """Milliseconds on the call's clock since the call's first link opened: 0 in the first
-    session.start, continuing across reconnections.
-
-    Limits: ≥ 0.
-    """
 
     id: str
     """The command's id.

@@ -78,6 +78,7 @@ from voxwire.ovp.messages import (
     CostBreakdown,
     DtmfReceived,
     DtmfSend,
+    Envelope,
     Error,
     FileAttach,
     FinalStats,
@@ -129,6 +130,7 @@ __all__ = [
     "check_cost_breakdown",
     "check_dtmf_received",
     "check_dtmf_send",
+    "check_envelope",
     "check_error",
     "check_file_attach",
     "check_final_stats",
@@ -187,7 +189,7 @@ _PATTERN_7: Final = re.compile("^https://[!-~]+$")
 def check_call_info(
     value: CallInfo, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a :class:`CallInfo`; ``full`` adds the rules decoding enforces itself."""
+    """Check the values of a ``CallInfo``; ``full`` adds the rules decoding enforces itself."""
     if (
         full
         and (problem := min_chars(value.call_id, 1) or max_chars(value.call_id, MAX_ID_CHARS))
@@ -239,7 +241,7 @@ def check_call_info(
 def check_tool_definition(
     value: ToolDefinition, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a :class:`ToolDefinition`; ``full`` adds the rules decoding enforces
+    """Check the values of a ``ToolDefinition``; ``full`` adds the rules decoding enforces
     itself.
     """
     if (
@@ -269,9 +271,7 @@ def check_tool_definition(
 def check_agent_config(
     value: AgentConfig, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a :class:`AgentConfig`; ``full`` adds the rules decoding enforces
-    itself.
-    """
+    """Check the values of a ``AgentConfig``; ``full`` adds the rules decoding enforces itself."""
     if (
         full
         and (problem := min_chars(value.agent_id, 1) or max_chars(value.agent_id, MAX_ID_CHARS))
@@ -384,9 +384,7 @@ def check_agent_config(
 def check_audio_format(
     value: AudioFormat, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a :class:`AudioFormat`; ``full`` adds the rules decoding enforces
-    itself.
-    """
+    """Check the values of a ``AudioFormat``; ``full`` adds the rules decoding enforces itself."""
     if full and (problem := one_of(value.sample_rate_hz, (16000,))) is not None:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
@@ -420,9 +418,7 @@ def check_audio_format(
 def check_session_patch(
     value: SessionPatch, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a :class:`SessionPatch`; ``full`` adds the rules decoding enforces
-    itself.
-    """
+    """Check the values of a ``SessionPatch``; ``full`` adds the rules decoding enforces itself."""
     if value.voice_id is not UNSET and (problem := not_blank(value.voice_id)) is not None:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
@@ -532,7 +528,7 @@ def check_session_patch(
 
 
 def check_word(value: Word, full: bool, path: str = "$", message_type: str | None = None) -> None:
-    """Check the values of a :class:`Word`; ``full`` adds the rules decoding enforces itself."""
+    """Check the values of a ``Word``; ``full`` adds the rules decoding enforces itself."""
     if full and (problem := min_chars(value.word, 1)) is not None:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
@@ -582,9 +578,7 @@ def check_word(value: Word, full: bool, path: str = "$", message_type: str | Non
 def check_cost_breakdown(
     value: CostBreakdown, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a :class:`CostBreakdown`; ``full`` adds the rules decoding enforces
-    itself.
-    """
+    """Check the values of a ``CostBreakdown``; ``full`` adds the rules decoding enforces itself."""
     if (
         full
         and (
@@ -646,9 +640,7 @@ def check_cost_breakdown(
 def check_final_stats(
     value: FinalStats, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a :class:`FinalStats`; ``full`` adds the rules decoding enforces
-    itself.
-    """
+    """Check the values of a ``FinalStats``; ``full`` adds the rules decoding enforces itself."""
     if (
         full
         and (
@@ -741,10 +733,10 @@ def check_final_stats(
         check_cost_breakdown(value.cost_breakdown, full, f"{path}.cost_breakdown", message_type)
 
 
-def check_session_start(
-    value: SessionStart, full: bool, path: str = "$", message_type: str | None = "session.start"
+def check_envelope(
+    value: Envelope, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a ``session.start``; ``full`` adds the rules decoding enforces itself."""
+    """Check the values of a ``Envelope``; ``full`` adds the rules decoding enforces itself."""
     if full and (problem := min_value(value.seq, 0) or max_value(value.seq, MAX_SEQ)) is not None:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
@@ -773,6 +765,14 @@ def check_session_start(
             path=f"{path}.session_id",
             message_type=message_type,
         )
+
+
+def check_session_start(
+    value: SessionStart, full: bool, path: str = "$", message_type: str | None = "session.start"
+) -> None:
+    """Check the values of a ``session.start``; ``full`` adds the rules decoding enforces itself."""
+    if full:
+        check_envelope(value, full, path, message_type)
     if full and (problem := one_of(value.protocol_version, ("1.0",))) is not None:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
@@ -792,34 +792,8 @@ def check_session_update(
     """Check the values of a ``session.update``; ``full`` adds the rules decoding enforces
     itself.
     """
-    if full and (problem := min_value(value.seq, 0) or max_value(value.seq, MAX_SEQ)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.seq",
-            message_type=message_type,
-        )
-    if full and (problem := matches(value.ts, _PATTERN_1)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.ts",
-            message_type=message_type,
-        )
-    if (
-        full
-        and (
-            problem := min_chars(value.session_id, 1)
-            or max_chars(value.session_id, MAX_SESSION_ID_CHARS)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.session_id",
-            message_type=message_type,
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     check_session_patch(value.patch, full, f"{path}.patch", message_type)
 
 
@@ -829,34 +803,8 @@ def check_session_resume(
     """Check the values of a ``session.resume``; ``full`` adds the rules decoding enforces
     itself.
     """
-    if full and (problem := min_value(value.seq, 0) or max_value(value.seq, MAX_SEQ)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.seq",
-            message_type=message_type,
-        )
-    if full and (problem := matches(value.ts, _PATTERN_1)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.ts",
-            message_type=message_type,
-        )
-    if (
-        full
-        and (
-            problem := min_chars(value.session_id, 1)
-            or max_chars(value.session_id, MAX_SESSION_ID_CHARS)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.session_id",
-            message_type=message_type,
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     if (
         full
         and (
@@ -877,34 +825,8 @@ def check_session_end(
     value: SessionEnd, full: bool, path: str = "$", message_type: str | None = "session.end"
 ) -> None:
     """Check the values of a ``session.end``; ``full`` adds the rules decoding enforces itself."""
-    if full and (problem := min_value(value.seq, 0) or max_value(value.seq, MAX_SEQ)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.seq",
-            message_type=message_type,
-        )
-    if full and (problem := matches(value.ts, _PATTERN_1)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.ts",
-            message_type=message_type,
-        )
-    if (
-        full
-        and (
-            problem := min_chars(value.session_id, 1)
-            or max_chars(value.session_id, MAX_SESSION_ID_CHARS)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.session_id",
-            message_type=message_type,
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     if (
         value.error_code is not UNSET
         and full
@@ -928,34 +850,8 @@ def check_audio_ingress(
     value: AudioIngress, full: bool, path: str = "$", message_type: str | None = "audio.ingress"
 ) -> None:
     """Check the values of a ``audio.ingress``; ``full`` adds the rules decoding enforces itself."""
-    if full and (problem := min_value(value.seq, 0) or max_value(value.seq, MAX_SEQ)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.seq",
-            message_type=message_type,
-        )
-    if full and (problem := matches(value.ts, _PATTERN_1)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.ts",
-            message_type=message_type,
-        )
-    if (
-        full
-        and (
-            problem := min_chars(value.session_id, 1)
-            or max_chars(value.session_id, MAX_SESSION_ID_CHARS)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.session_id",
-            message_type=message_type,
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     if (
         full
         and (problem := min_value(value.window_ms, 1) or max_value(value.window_ms, 60000))
@@ -997,34 +893,8 @@ def check_audio_egress(
     value: AudioEgress, full: bool, path: str = "$", message_type: str | None = "audio.egress"
 ) -> None:
     """Check the values of a ``audio.egress``; ``full`` adds the rules decoding enforces itself."""
-    if full and (problem := min_value(value.seq, 0) or max_value(value.seq, MAX_SEQ)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.seq",
-            message_type=message_type,
-        )
-    if full and (problem := matches(value.ts, _PATTERN_1)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.ts",
-            message_type=message_type,
-        )
-    if (
-        full
-        and (
-            problem := min_chars(value.session_id, 1)
-            or max_chars(value.session_id, MAX_SESSION_ID_CHARS)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.session_id",
-            message_type=message_type,
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     if (
         full
         and (
@@ -1068,34 +938,8 @@ def check_audio_flush(
     value: AudioFlush, full: bool, path: str = "$", message_type: str | None = "audio.flush"
 ) -> None:
     """Check the values of a ``audio.flush``; ``full`` adds the rules decoding enforces itself."""
-    if full and (problem := min_value(value.seq, 0) or max_value(value.seq, MAX_SEQ)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.seq",
-            message_type=message_type,
-        )
-    if full and (problem := matches(value.ts, _PATTERN_1)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.ts",
-            message_type=message_type,
-        )
-    if (
-        full
-        and (
-            problem := min_chars(value.session_id, 1)
-            or max_chars(value.session_id, MAX_SESSION_ID_CHARS)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.session_id",
-            message_type=message_type,
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     if full and (problem := one_of(value.cause, _FLUSH_CAUSE_VALUES)) is not None:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
@@ -1126,34 +970,8 @@ def check_transcript_partial(
     """Check the values of a ``transcript.partial``; ``full`` adds the rules decoding enforces
     itself.
     """
-    if full and (problem := min_value(value.seq, 0) or max_value(value.seq, MAX_SEQ)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.seq",
-            message_type=message_type,
-        )
-    if full and (problem := matches(value.ts, _PATTERN_1)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.ts",
-            message_type=message_type,
-        )
-    if (
-        full
-        and (
-            problem := min_chars(value.session_id, 1)
-            or max_chars(value.session_id, MAX_SESSION_ID_CHARS)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.session_id",
-            message_type=message_type,
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     if (
         full
         and (
@@ -1227,34 +1045,8 @@ def check_transcript_final(
     """Check the values of a ``transcript.final``; ``full`` adds the rules decoding enforces
     itself.
     """
-    if full and (problem := min_value(value.seq, 0) or max_value(value.seq, MAX_SEQ)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.seq",
-            message_type=message_type,
-        )
-    if full and (problem := matches(value.ts, _PATTERN_1)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.ts",
-            message_type=message_type,
-        )
-    if (
-        full
-        and (
-            problem := min_chars(value.session_id, 1)
-            or max_chars(value.session_id, MAX_SESSION_ID_CHARS)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.session_id",
-            message_type=message_type,
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     if (
         full
         and (
@@ -1321,34 +1113,8 @@ def check_agent_input(
     value: AgentInput, full: bool, path: str = "$", message_type: str | None = "agent.input"
 ) -> None:
     """Check the values of a ``agent.input``; ``full`` adds the rules decoding enforces itself."""
-    if full and (problem := min_value(value.seq, 0) or max_value(value.seq, MAX_SEQ)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.seq",
-            message_type=message_type,
-        )
-    if full and (problem := matches(value.ts, _PATTERN_1)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.ts",
-            message_type=message_type,
-        )
-    if (
-        full
-        and (
-            problem := min_chars(value.session_id, 1)
-            or max_chars(value.session_id, MAX_SESSION_ID_CHARS)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.session_id",
-            message_type=message_type,
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     if full and (problem := one_of(value.source, _INPUT_SOURCE_VALUES)) is not None:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
@@ -1371,34 +1137,8 @@ def check_agent_thinking(
     """Check the values of a ``agent.thinking``; ``full`` adds the rules decoding enforces
     itself.
     """
-    if full and (problem := min_value(value.seq, 0) or max_value(value.seq, MAX_SEQ)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.seq",
-            message_type=message_type,
-        )
-    if full and (problem := matches(value.ts, _PATTERN_1)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.ts",
-            message_type=message_type,
-        )
-    if (
-        full
-        and (
-            problem := min_chars(value.session_id, 1)
-            or max_chars(value.session_id, MAX_SESSION_ID_CHARS)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.session_id",
-            message_type=message_type,
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     if (
         full
         and (problem := min_chars(value.turn_id, 1) or max_chars(value.turn_id, MAX_ID_CHARS))
@@ -1423,34 +1163,8 @@ def check_agent_output(
     value: AgentOutput, full: bool, path: str = "$", message_type: str | None = "agent.output"
 ) -> None:
     """Check the values of a ``agent.output``; ``full`` adds the rules decoding enforces itself."""
-    if full and (problem := min_value(value.seq, 0) or max_value(value.seq, MAX_SEQ)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.seq",
-            message_type=message_type,
-        )
-    if full and (problem := matches(value.ts, _PATTERN_1)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.ts",
-            message_type=message_type,
-        )
-    if (
-        full
-        and (
-            problem := min_chars(value.session_id, 1)
-            or max_chars(value.session_id, MAX_SESSION_ID_CHARS)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.session_id",
-            message_type=message_type,
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     if (
         full
         and (problem := min_chars(value.turn_id, 1) or max_chars(value.turn_id, MAX_ID_CHARS))
@@ -1480,34 +1194,8 @@ def check_agent_tool_invoke(
     """Check the values of a ``agent.tool.invoke``; ``full`` adds the rules decoding enforces
     itself.
     """
-    if full and (problem := min_value(value.seq, 0) or max_value(value.seq, MAX_SEQ)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.seq",
-            message_type=message_type,
-        )
-    if full and (problem := matches(value.ts, _PATTERN_1)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.ts",
-            message_type=message_type,
-        )
-    if (
-        full
-        and (
-            problem := min_chars(value.session_id, 1)
-            or max_chars(value.session_id, MAX_SESSION_ID_CHARS)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.session_id",
-            message_type=message_type,
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     if (
         full
         and (problem := min_chars(value.turn_id, 1) or max_chars(value.turn_id, MAX_ID_CHARS))
@@ -1566,34 +1254,8 @@ def check_agent_tool_streaming(
     """Check the values of a ``agent.tool.streaming``; ``full`` adds the rules decoding enforces
     itself.
     """
-    if full and (problem := min_value(value.seq, 0) or max_value(value.seq, MAX_SEQ)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.seq",
-            message_type=message_type,
-        )
-    if full and (problem := matches(value.ts, _PATTERN_1)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.ts",
-            message_type=message_type,
-        )
-    if (
-        full
-        and (
-            problem := min_chars(value.session_id, 1)
-            or max_chars(value.session_id, MAX_SESSION_ID_CHARS)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.session_id",
-            message_type=message_type,
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     if (
         full
         and (problem := min_chars(value.turn_id, 1) or max_chars(value.turn_id, MAX_ID_CHARS))
@@ -1637,34 +1299,8 @@ def check_agent_tool_result(
     """Check the values of a ``agent.tool.result``; ``full`` adds the rules decoding enforces
     itself.
     """
-    if full and (problem := min_value(value.seq, 0) or max_value(value.seq, MAX_SEQ)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.seq",
-            message_type=message_type,
-        )
-    if full and (problem := matches(value.ts, _PATTERN_1)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.ts",
-            message_type=message_type,
-        )
-    if (
-        full
-        and (
-            problem := min_chars(value.session_id, 1)
-            or max_chars(value.session_id, MAX_SESSION_ID_CHARS)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.session_id",
-            message_type=message_type,
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     if (
         full
         and (problem := min_chars(value.turn_id, 1) or max_chars(value.turn_id, MAX_ID_CHARS))
@@ -1722,34 +1358,8 @@ def check_agent_tool_error(
     """Check the values of a ``agent.tool.error``; ``full`` adds the rules decoding enforces
     itself.
     """
-    if full and (problem := min_value(value.seq, 0) or max_value(value.seq, MAX_SEQ)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.seq",
-            message_type=message_type,
-        )
-    if full and (problem := matches(value.ts, _PATTERN_1)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.ts",
-            message_type=message_type,
-        )
-    if (
-        full
-        and (
-            problem := min_chars(value.session_id, 1)
-            or max_chars(value.session_id, MAX_SESSION_ID_CHARS)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.session_id",
-            message_type=message_type,
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     if (
         full
         and (problem := min_chars(value.turn_id, 1) or max_chars(value.turn_id, MAX_ID_CHARS))
@@ -1813,34 +1423,8 @@ def check_agent_barge_in(
     """Check the values of a ``agent.barge_in``; ``full`` adds the rules decoding enforces
     itself.
     """
-    if full and (problem := min_value(value.seq, 0) or max_value(value.seq, MAX_SEQ)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.seq",
-            message_type=message_type,
-        )
-    if full and (problem := matches(value.ts, _PATTERN_1)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.ts",
-            message_type=message_type,
-        )
-    if (
-        full
-        and (
-            problem := min_chars(value.session_id, 1)
-            or max_chars(value.session_id, MAX_SESSION_ID_CHARS)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.session_id",
-            message_type=message_type,
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     if (
         full
         and (problem := min_chars(value.turn_id, 1) or max_chars(value.turn_id, MAX_ID_CHARS))
@@ -1882,34 +1466,8 @@ def check_agent_cancel(
     value: AgentCancel, full: bool, path: str = "$", message_type: str | None = "agent.cancel"
 ) -> None:
     """Check the values of a ``agent.cancel``; ``full`` adds the rules decoding enforces itself."""
-    if full and (problem := min_value(value.seq, 0) or max_value(value.seq, MAX_SEQ)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.seq",
-            message_type=message_type,
-        )
-    if full and (problem := matches(value.ts, _PATTERN_1)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.ts",
-            message_type=message_type,
-        )
-    if (
-        full
-        and (
-            problem := min_chars(value.session_id, 1)
-            or max_chars(value.session_id, MAX_SESSION_ID_CHARS)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.session_id",
-            message_type=message_type,
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     if (
         value.turn_id is not UNSET
         and full
@@ -1933,34 +1491,8 @@ def check_supervisor_takeover(
     """Check the values of a ``supervisor.takeover``; ``full`` adds the rules decoding enforces
     itself.
     """
-    if full and (problem := min_value(value.seq, 0) or max_value(value.seq, MAX_SEQ)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.seq",
-            message_type=message_type,
-        )
-    if full and (problem := matches(value.ts, _PATTERN_1)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.ts",
-            message_type=message_type,
-        )
-    if (
-        full
-        and (
-            problem := min_chars(value.session_id, 1)
-            or max_chars(value.session_id, MAX_SESSION_ID_CHARS)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.session_id",
-            message_type=message_type,
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     if (
         full
         and (
@@ -1986,34 +1518,8 @@ def check_supervisor_release(
     """Check the values of a ``supervisor.release``; ``full`` adds the rules decoding enforces
     itself.
     """
-    if full and (problem := min_value(value.seq, 0) or max_value(value.seq, MAX_SEQ)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.seq",
-            message_type=message_type,
-        )
-    if full and (problem := matches(value.ts, _PATTERN_1)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.ts",
-            message_type=message_type,
-        )
-    if (
-        full
-        and (
-            problem := min_chars(value.session_id, 1)
-            or max_chars(value.session_id, MAX_SESSION_ID_CHARS)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.session_id",
-            message_type=message_type,
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     if (
         full
         and (
@@ -2041,34 +1547,8 @@ def check_image_send(
     value: ImageSend, full: bool, path: str = "$", message_type: str | None = "image.send"
 ) -> None:
     """Check the values of a ``image.send``; ``full`` adds the rules decoding enforces itself."""
-    if full and (problem := min_value(value.seq, 0) or max_value(value.seq, MAX_SEQ)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.seq",
-            message_type=message_type,
-        )
-    if full and (problem := matches(value.ts, _PATTERN_1)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.ts",
-            message_type=message_type,
-        )
-    if (
-        full
-        and (
-            problem := min_chars(value.session_id, 1)
-            or max_chars(value.session_id, MAX_SESSION_ID_CHARS)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.session_id",
-            message_type=message_type,
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     if full and (problem := one_of(value.channel, _MEDIA_CHANNEL_VALUES)) is not None:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
@@ -2118,34 +1598,8 @@ def check_file_attach(
     value: FileAttach, full: bool, path: str = "$", message_type: str | None = "file.attach"
 ) -> None:
     """Check the values of a ``file.attach``; ``full`` adds the rules decoding enforces itself."""
-    if full and (problem := min_value(value.seq, 0) or max_value(value.seq, MAX_SEQ)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.seq",
-            message_type=message_type,
-        )
-    if full and (problem := matches(value.ts, _PATTERN_1)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.ts",
-            message_type=message_type,
-        )
-    if (
-        full
-        and (
-            problem := min_chars(value.session_id, 1)
-            or max_chars(value.session_id, MAX_SESSION_ID_CHARS)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.session_id",
-            message_type=message_type,
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     if full and (problem := one_of(value.channel, _MEDIA_CHANNEL_VALUES)) is not None:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
@@ -2239,34 +1693,8 @@ def check_screen_share(
     value: ScreenShare, full: bool, path: str = "$", message_type: str | None = "screen.share"
 ) -> None:
     """Check the values of a ``screen.share``; ``full`` adds the rules decoding enforces itself."""
-    if full and (problem := min_value(value.seq, 0) or max_value(value.seq, MAX_SEQ)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.seq",
-            message_type=message_type,
-        )
-    if full and (problem := matches(value.ts, _PATTERN_1)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.ts",
-            message_type=message_type,
-        )
-    if (
-        full
-        and (
-            problem := min_chars(value.session_id, 1)
-            or max_chars(value.session_id, MAX_SESSION_ID_CHARS)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.session_id",
-            message_type=message_type,
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     if full and (problem := one_of(value.action, _SCREEN_SHARE_ACTION_VALUES)) is not None:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
@@ -2319,34 +1747,8 @@ def check_call_quality_update(
     """Check the values of a ``call.quality.update``; ``full`` adds the rules decoding enforces
     itself.
     """
-    if full and (problem := min_value(value.seq, 0) or max_value(value.seq, MAX_SEQ)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.seq",
-            message_type=message_type,
-        )
-    if full and (problem := matches(value.ts, _PATTERN_1)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.ts",
-            message_type=message_type,
-        )
-    if (
-        full
-        and (
-            problem := min_chars(value.session_id, 1)
-            or max_chars(value.session_id, MAX_SESSION_ID_CHARS)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.session_id",
-            message_type=message_type,
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     if (
         full
         and (
@@ -2414,34 +1816,8 @@ def check_agent_latency_breakdown(
     """Check the values of a ``agent.latency.breakdown``; ``full`` adds the rules decoding
     enforces itself.
     """
-    if full and (problem := min_value(value.seq, 0) or max_value(value.seq, MAX_SEQ)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.seq",
-            message_type=message_type,
-        )
-    if full and (problem := matches(value.ts, _PATTERN_1)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.ts",
-            message_type=message_type,
-        )
-    if (
-        full
-        and (
-            problem := min_chars(value.session_id, 1)
-            or max_chars(value.session_id, MAX_SESSION_ID_CHARS)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.session_id",
-            message_type=message_type,
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     if (
         full
         and (problem := min_chars(value.turn_id, 1) or max_chars(value.turn_id, MAX_ID_CHARS))
@@ -2547,34 +1923,8 @@ def check_agent_cost_tick(
     """Check the values of a ``agent.cost.tick``; ``full`` adds the rules decoding enforces
     itself.
     """
-    if full and (problem := min_value(value.seq, 0) or max_value(value.seq, MAX_SEQ)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.seq",
-            message_type=message_type,
-        )
-    if full and (problem := matches(value.ts, _PATTERN_1)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.ts",
-            message_type=message_type,
-        )
-    if (
-        full
-        and (
-            problem := min_chars(value.session_id, 1)
-            or max_chars(value.session_id, MAX_SESSION_ID_CHARS)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.session_id",
-            message_type=message_type,
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     if (
         full
         and (
@@ -2602,34 +1952,8 @@ def check_agent_handoff_requested(
     """Check the values of a ``agent.handoff_requested``; ``full`` adds the rules decoding
     enforces itself.
     """
-    if full and (problem := min_value(value.seq, 0) or max_value(value.seq, MAX_SEQ)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.seq",
-            message_type=message_type,
-        )
-    if full and (problem := matches(value.ts, _PATTERN_1)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.ts",
-            message_type=message_type,
-        )
-    if (
-        full
-        and (
-            problem := min_chars(value.session_id, 1)
-            or max_chars(value.session_id, MAX_SESSION_ID_CHARS)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.session_id",
-            message_type=message_type,
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     if (problem := not_blank(value.caller_summary)) is not None:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
@@ -2648,34 +1972,8 @@ def check_agent_handoff_accepted(
     """Check the values of a ``agent.handoff_accepted``; ``full`` adds the rules decoding
     enforces itself.
     """
-    if full and (problem := min_value(value.seq, 0) or max_value(value.seq, MAX_SEQ)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.seq",
-            message_type=message_type,
-        )
-    if full and (problem := matches(value.ts, _PATTERN_1)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.ts",
-            message_type=message_type,
-        )
-    if (
-        full
-        and (
-            problem := min_chars(value.session_id, 1)
-            or max_chars(value.session_id, MAX_SESSION_ID_CHARS)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.session_id",
-            message_type=message_type,
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     if (
         full
         and (
@@ -2715,34 +2013,8 @@ def check_agent_handoff_completed(
     """Check the values of a ``agent.handoff_completed``; ``full`` adds the rules decoding
     enforces itself.
     """
-    if full and (problem := min_value(value.seq, 0) or max_value(value.seq, MAX_SEQ)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.seq",
-            message_type=message_type,
-        )
-    if full and (problem := matches(value.ts, _PATTERN_1)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.ts",
-            message_type=message_type,
-        )
-    if (
-        full
-        and (
-            problem := min_chars(value.session_id, 1)
-            or max_chars(value.session_id, MAX_SESSION_ID_CHARS)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.session_id",
-            message_type=message_type,
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     if (
         full
         and (
@@ -2768,34 +2040,8 @@ def check_agent_handoff_failed(
     """Check the values of a ``agent.handoff_failed``; ``full`` adds the rules decoding enforces
     itself.
     """
-    if full and (problem := min_value(value.seq, 0) or max_value(value.seq, MAX_SEQ)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.seq",
-            message_type=message_type,
-        )
-    if full and (problem := matches(value.ts, _PATTERN_1)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.ts",
-            message_type=message_type,
-        )
-    if (
-        full
-        and (
-            problem := min_chars(value.session_id, 1)
-            or max_chars(value.session_id, MAX_SESSION_ID_CHARS)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.session_id",
-            message_type=message_type,
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     if full and (problem := one_of(value.reason, _HANDOFF_FAILURE_REASON_VALUES)) is not None:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
@@ -2816,34 +2062,8 @@ def check_dtmf_received(
     value: DtmfReceived, full: bool, path: str = "$", message_type: str | None = "dtmf.received"
 ) -> None:
     """Check the values of a ``dtmf.received``; ``full`` adds the rules decoding enforces itself."""
-    if full and (problem := min_value(value.seq, 0) or max_value(value.seq, MAX_SEQ)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.seq",
-            message_type=message_type,
-        )
-    if full and (problem := matches(value.ts, _PATTERN_1)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.ts",
-            message_type=message_type,
-        )
-    if (
-        full
-        and (
-            problem := min_chars(value.session_id, 1)
-            or max_chars(value.session_id, MAX_SESSION_ID_CHARS)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.session_id",
-            message_type=message_type,
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     if (
         full
         and (
@@ -2880,34 +2100,8 @@ def check_dtmf_send(
     value: DtmfSend, full: bool, path: str = "$", message_type: str | None = "dtmf.send"
 ) -> None:
     """Check the values of a ``dtmf.send``; ``full`` adds the rules decoding enforces itself."""
-    if full and (problem := min_value(value.seq, 0) or max_value(value.seq, MAX_SEQ)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.seq",
-            message_type=message_type,
-        )
-    if full and (problem := matches(value.ts, _PATTERN_1)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.ts",
-            message_type=message_type,
-        )
-    if (
-        full
-        and (
-            problem := min_chars(value.session_id, 1)
-            or max_chars(value.session_id, MAX_SESSION_ID_CHARS)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.session_id",
-            message_type=message_type,
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     if (
         full
         and (
@@ -2943,34 +2137,8 @@ def check_error(
     value: Error, full: bool, path: str = "$", message_type: str | None = "error"
 ) -> None:
     """Check the values of a ``error``; ``full`` adds the rules decoding enforces itself."""
-    if full and (problem := min_value(value.seq, 0) or max_value(value.seq, MAX_SEQ)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.seq",
-            message_type=message_type,
-        )
-    if full and (problem := matches(value.ts, _PATTERN_1)) is not None:
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.ts",
-            message_type=message_type,
-        )
-    if (
-        full
-        and (
-            problem := min_chars(value.session_id, 1)
-            or max_chars(value.session_id, MAX_SESSION_ID_CHARS)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.session_id",
-            message_type=message_type,
-        )
+    if full:
+        check_envelope(value, full, path, message_type)
     if (
         full
         and (

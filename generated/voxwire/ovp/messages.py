@@ -63,11 +63,11 @@ __all__ = [
     "CallInfo",
     "CallQualityUpdate",
     "CancelReason",
-    "ClientEnvelope",
     "ClientMessage",
     "CostBreakdown",
     "DtmfReceived",
     "DtmfSend",
+    "Envelope",
     "Error",
     "FileAttach",
     "FinalStats",
@@ -84,7 +84,6 @@ __all__ = [
     "ScreenShare",
     "ScreenShareAction",
     "Sentiment",
-    "ServerEnvelope",
     "ServerMessage",
     "SessionEnd",
     "SessionEndReason",
@@ -629,11 +628,11 @@ class FinalStats(Object, kw_only=True):
     """Final cost by component."""
 
 
-class ServerEnvelope(Object, kw_only=True):
-    """The envelope: the fields every message the server sends carries.
+class Envelope(Object, kw_only=True):
+    """Fields every message the server and the client sends carries (the ``envelope`` field set).
 
-    A message of a type this version does not know must still carry a valid envelope; decoding
-    checks it before it returns an UnknownMessage.
+    A message of a type this version does not know must still carry them: decoding checks them
+    before it returns an ``UnknownMessage``.
     """
 
     seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
@@ -665,43 +664,7 @@ class ServerEnvelope(Object, kw_only=True):
     """
 
 
-class ClientEnvelope(Object, kw_only=True):
-    """The envelope: the fields every message the client sends carries.
-
-    A message of a type this version does not know must still carry a valid envelope; decoding
-    checks it before it returns an UnknownMessage.
-    """
-
-    seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
-    """Sequence number of the event within its direction. Strictly increasing per direction and
-    per session; the server's and the client's counters are independent. session.start is seq
-    0.
-
-    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
-    """
-
-    ts: Annotated[
-        str,
-        Meta(
-            pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?Z\Z"
-        ),
-    ]
-    """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
-    to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
-
-    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
-    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
-    """
-
-    session_id: Annotated[str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS)]
-    """The session the event belongs to: the id in the endpoint path and in the token, echoed by
-    session.start and carried by every event in both directions.
-
-    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS).
-    """
-
-
-class SessionStart(Message, tag="session.start", kw_only=True):
+class SessionStart(Envelope, Message, tag="session.start", kw_only=True):
     """Handshake; the gateway's first event, with the protocol version, agent config, tools and
     audio invariants.
 
@@ -713,34 +676,6 @@ class SessionStart(Message, tag="session.start", kw_only=True):
     """
 
     type: ClassVar[Literal["session.start"]] = "session.start"
-
-    seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
-    """Sequence number of the event within its direction. Strictly increasing per direction and
-    per session; the server's and the client's counters are independent. session.start is seq
-    0.
-
-    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
-    """
-
-    ts: Annotated[
-        str,
-        Meta(
-            pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?Z\Z"
-        ),
-    ]
-    """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
-    to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
-
-    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
-    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
-    """
-
-    session_id: Annotated[str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS)]
-    """The session the event belongs to: the id in the endpoint path and in the token, echoed by
-    session.start and carried by every event in both directions.
-
-    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS).
-    """
 
     protocol_version: Literal["1.0"]
     """The protocol version (protocol_version).
@@ -758,7 +693,7 @@ class SessionStart(Message, tag="session.start", kw_only=True):
     """The audio invariants."""
 
 
-class SessionUpdate(Message, tag="session.update", kw_only=True):
+class SessionUpdate(Envelope, Message, tag="session.update", kw_only=True):
     """Change the voice, language, model, instructions, speech rate or caller context mid-call.
 
     The patch applies atomically from the next agent turn. An empty patch, or one naming any
@@ -770,39 +705,11 @@ class SessionUpdate(Message, tag="session.update", kw_only=True):
 
     type: ClassVar[Literal["session.update"]] = "session.update"
 
-    seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
-    """Sequence number of the event within its direction. Strictly increasing per direction and
-    per session; the server's and the client's counters are independent. session.start is seq
-    0.
-
-    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
-    """
-
-    ts: Annotated[
-        str,
-        Meta(
-            pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?Z\Z"
-        ),
-    ]
-    """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
-    to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
-
-    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
-    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
-    """
-
-    session_id: Annotated[str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS)]
-    """The session the event belongs to: the id in the endpoint path and in the token, echoed by
-    session.start and carried by every event in both directions.
-
-    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS).
-    """
-
     patch: SessionPatch
     """The fields to change and their new values."""
 
 
-class SessionResume(Message, tag="session.resume", kw_only=True):
+class SessionResume(Envelope, Message, tag="session.resume", kw_only=True):
     """Resume a dropped session on a new connection; the gateway replays the events after
     last_server_seq.
 
@@ -816,34 +723,6 @@ class SessionResume(Message, tag="session.resume", kw_only=True):
 
     type: ClassVar[Literal["session.resume"]] = "session.resume"
 
-    seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
-    """Sequence number of the event within its direction. Strictly increasing per direction and
-    per session; the server's and the client's counters are independent. session.start is seq
-    0.
-
-    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
-    """
-
-    ts: Annotated[
-        str,
-        Meta(
-            pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?Z\Z"
-        ),
-    ]
-    """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
-    to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
-
-    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
-    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
-    """
-
-    session_id: Annotated[str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS)]
-    """The session the event belongs to: the id in the endpoint path and in the token, echoed by
-    session.start and carried by every event in both directions.
-
-    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS).
-    """
-
     last_server_seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
     """The seq of the last server event the client processed; the gateway replays every server
     event after it.
@@ -852,7 +731,7 @@ class SessionResume(Message, tag="session.resume", kw_only=True):
     """
 
 
-class SessionEnd(Message, tag="session.end", kw_only=True):
+class SessionEnd(Envelope, Message, tag="session.end", kw_only=True):
     """The session is over; carries the reason and the final stats. The gateway then closes with
     1000.
 
@@ -863,34 +742,6 @@ class SessionEnd(Message, tag="session.end", kw_only=True):
     """
 
     type: ClassVar[Literal["session.end"]] = "session.end"
-
-    seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
-    """Sequence number of the event within its direction. Strictly increasing per direction and
-    per session; the server's and the client's counters are independent. session.start is seq
-    0.
-
-    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
-    """
-
-    ts: Annotated[
-        str,
-        Meta(
-            pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?Z\Z"
-        ),
-    ]
-    """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
-    to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
-
-    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
-    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
-    """
-
-    session_id: Annotated[str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS)]
-    """The session the event belongs to: the id in the endpoint path and in the token, echoed by
-    session.start and carried by every event in both directions.
-
-    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS).
-    """
 
     reason: str
     """Why the session ended."""
@@ -909,7 +760,7 @@ class SessionEnd(Message, tag="session.end", kw_only=True):
     """The session's totals."""
 
 
-class AudioIngress(Message, tag="audio.ingress", kw_only=True):
+class AudioIngress(Envelope, Message, tag="audio.ingress", kw_only=True):
     """Acknowledges the caller audio the gateway ingested in the last window (debugging and VAD
     UI).
 
@@ -921,34 +772,6 @@ class AudioIngress(Message, tag="audio.ingress", kw_only=True):
     """
 
     type: ClassVar[Literal["audio.ingress"]] = "audio.ingress"
-
-    seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
-    """Sequence number of the event within its direction. Strictly increasing per direction and
-    per session; the server's and the client's counters are independent. session.start is seq
-    0.
-
-    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
-    """
-
-    ts: Annotated[
-        str,
-        Meta(
-            pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?Z\Z"
-        ),
-    ]
-    """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
-    to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
-
-    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
-    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
-    """
-
-    session_id: Annotated[str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS)]
-    """The session the event belongs to: the id in the endpoint path and in the token, echoed by
-    session.start and carried by every event in both directions.
-
-    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS).
-    """
 
     window_ms: Annotated[int, Meta(ge=1, le=60000)]
     """Length of the window acknowledged.
@@ -972,7 +795,7 @@ class AudioIngress(Message, tag="audio.ingress", kw_only=True):
     """True when voice activity was detected in the window."""
 
 
-class AudioEgress(Message, tag="audio.egress", kw_only=True):
+class AudioEgress(Envelope, Message, tag="audio.egress", kw_only=True):
     """Progress of the TTS audio of one utterance; pairs with the binary frames carrying it.
 
     bytes_sent counts the PCM payload bytes (not headers) sent so far for the utterance, a
@@ -983,34 +806,6 @@ class AudioEgress(Message, tag="audio.egress", kw_only=True):
     """
 
     type: ClassVar[Literal["audio.egress"]] = "audio.egress"
-
-    seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
-    """Sequence number of the event within its direction. Strictly increasing per direction and
-    per session; the server's and the client's counters are independent. session.start is seq
-    0.
-
-    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
-    """
-
-    ts: Annotated[
-        str,
-        Meta(
-            pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?Z\Z"
-        ),
-    ]
-    """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
-    to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
-
-    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
-    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
-    """
-
-    session_id: Annotated[str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS)]
-    """The session the event belongs to: the id in the endpoint path and in the token, echoed by
-    session.start and carried by every event in both directions.
-
-    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS).
-    """
 
     utterance_id: Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS)]
     """The TTS utterance.
@@ -1034,7 +829,7 @@ class AudioEgress(Message, tag="audio.egress", kw_only=True):
     """True when the utterance's audio is complete."""
 
 
-class AudioFlush(Message, tag="audio.flush", kw_only=True):
+class AudioFlush(Envelope, Message, tag="audio.flush", kw_only=True):
     """Discard the agent's queued audio immediately.
 
     The client drops every server frame it has not played yet. Sent right after
@@ -1044,34 +839,6 @@ class AudioFlush(Message, tag="audio.flush", kw_only=True):
     """
 
     type: ClassVar[Literal["audio.flush"]] = "audio.flush"
-
-    seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
-    """Sequence number of the event within its direction. Strictly increasing per direction and
-    per session; the server's and the client's counters are independent. session.start is seq
-    0.
-
-    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
-    """
-
-    ts: Annotated[
-        str,
-        Meta(
-            pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?Z\Z"
-        ),
-    ]
-    """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
-    to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
-
-    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
-    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
-    """
-
-    session_id: Annotated[str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS)]
-    """The session the event belongs to: the id in the endpoint path and in the token, echoed by
-    session.start and carried by every event in both directions.
-
-    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS).
-    """
 
     cause: FlushCause
     """Why the audio is discarded."""
@@ -1083,7 +850,7 @@ class AudioFlush(Message, tag="audio.flush", kw_only=True):
     """
 
 
-class TranscriptPartial(Message, tag="transcript.partial", kw_only=True):
+class TranscriptPartial(Envelope, Message, tag="transcript.partial", kw_only=True):
     """Interim STT output for an utterance; not yet committed.
 
     Each partial carries the whole interim text of the utterance so far and replaces the
@@ -1093,34 +860,6 @@ class TranscriptPartial(Message, tag="transcript.partial", kw_only=True):
     """
 
     type: ClassVar[Literal["transcript.partial"]] = "transcript.partial"
-
-    seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
-    """Sequence number of the event within its direction. Strictly increasing per direction and
-    per session; the server's and the client's counters are independent. session.start is seq
-    0.
-
-    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
-    """
-
-    ts: Annotated[
-        str,
-        Meta(
-            pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?Z\Z"
-        ),
-    ]
-    """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
-    to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
-
-    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
-    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
-    """
-
-    session_id: Annotated[str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS)]
-    """The session the event belongs to: the id in the endpoint path and in the token, echoed by
-    session.start and carried by every event in both directions.
-
-    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS).
-    """
 
     utterance_id: Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS)]
     """The utterance; shared by its partials and its final.
@@ -1162,7 +901,7 @@ class TranscriptPartial(Message, tag="transcript.partial", kw_only=True):
     """Interim word timings."""
 
 
-class TranscriptFinal(Message, tag="transcript.final", kw_only=True):
+class TranscriptFinal(Envelope, Message, tag="transcript.final", kw_only=True):
     """Committed STT output for an utterance, with word-level timing.
 
     The utterance's final text; no partial of the same utterance_id follows it.
@@ -1171,34 +910,6 @@ class TranscriptFinal(Message, tag="transcript.final", kw_only=True):
     """
 
     type: ClassVar[Literal["transcript.final"]] = "transcript.final"
-
-    seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
-    """Sequence number of the event within its direction. Strictly increasing per direction and
-    per session; the server's and the client's counters are independent. session.start is seq
-    0.
-
-    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
-    """
-
-    ts: Annotated[
-        str,
-        Meta(
-            pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?Z\Z"
-        ),
-    ]
-    """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
-    to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
-
-    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
-    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
-    """
-
-    session_id: Annotated[str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS)]
-    """The session the event belongs to: the id in the endpoint path and in the token, echoed by
-    session.start and carried by every event in both directions.
-
-    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS).
-    """
 
     utterance_id: Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS)]
     """The utterance.
@@ -1235,7 +946,7 @@ class TranscriptFinal(Message, tag="transcript.final", kw_only=True):
     """Word-level timing, in order; empty when the recogniser gives none."""
 
 
-class AgentInput(Message, tag="agent.input", kw_only=True):
+class AgentInput(Envelope, Message, tag="agent.input", kw_only=True):
     """Push text into the LLM, typed by its source.
 
     caller_transcript and developer_inject start a turn the agent answers; rag_context and
@@ -1245,34 +956,6 @@ class AgentInput(Message, tag="agent.input", kw_only=True):
     """
 
     type: ClassVar[Literal["agent.input"]] = "agent.input"
-
-    seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
-    """Sequence number of the event within its direction. Strictly increasing per direction and
-    per session; the server's and the client's counters are independent. session.start is seq
-    0.
-
-    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
-    """
-
-    ts: Annotated[
-        str,
-        Meta(
-            pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?Z\Z"
-        ),
-    ]
-    """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
-    to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
-
-    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
-    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
-    """
-
-    session_id: Annotated[str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS)]
-    """The session the event belongs to: the id in the endpoint path and in the token, echoed by
-    session.start and carried by every event in both directions.
-
-    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS).
-    """
 
     source: InputSource
     """Where the text comes from; decides how the LLM treats it."""
@@ -1284,7 +967,7 @@ class AgentInput(Message, tag="agent.input", kw_only=True):
     """
 
 
-class AgentThinking(Message, tag="agent.thinking", kw_only=True):
+class AgentThinking(Envelope, Message, tag="agent.thinking", kw_only=True):
     """One streamed chunk (delta) of the LLM's output for a turn.
 
     The deltas of a turn, concatenated in seq order, give the text the LLM produced. Before a
@@ -1294,34 +977,6 @@ class AgentThinking(Message, tag="agent.thinking", kw_only=True):
     """
 
     type: ClassVar[Literal["agent.thinking"]] = "agent.thinking"
-
-    seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
-    """Sequence number of the event within its direction. Strictly increasing per direction and
-    per session; the server's and the client's counters are independent. session.start is seq
-    0.
-
-    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
-    """
-
-    ts: Annotated[
-        str,
-        Meta(
-            pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?Z\Z"
-        ),
-    ]
-    """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
-    to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
-
-    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
-    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
-    """
-
-    session_id: Annotated[str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS)]
-    """The session the event belongs to: the id in the endpoint path and in the token, echoed by
-    session.start and carried by every event in both directions.
-
-    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS).
-    """
 
     turn_id: Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS)]
     """The agent turn.
@@ -1336,7 +991,7 @@ class AgentThinking(Message, tag="agent.thinking", kw_only=True):
     """
 
 
-class AgentOutput(Message, tag="agent.output", kw_only=True):
+class AgentOutput(Envelope, Message, tag="agent.output", kw_only=True):
     """Committed agent response text for a turn.
 
     text is the turn's committed response so far. final is true on the turn's last
@@ -1347,34 +1002,6 @@ class AgentOutput(Message, tag="agent.output", kw_only=True):
     """
 
     type: ClassVar[Literal["agent.output"]] = "agent.output"
-
-    seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
-    """Sequence number of the event within its direction. Strictly increasing per direction and
-    per session; the server's and the client's counters are independent. session.start is seq
-    0.
-
-    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
-    """
-
-    ts: Annotated[
-        str,
-        Meta(
-            pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?Z\Z"
-        ),
-    ]
-    """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
-    to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
-
-    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
-    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
-    """
-
-    session_id: Annotated[str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS)]
-    """The session the event belongs to: the id in the endpoint path and in the token, echoed by
-    session.start and carried by every event in both directions.
-
-    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS).
-    """
 
     turn_id: Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS)]
     """The agent turn.
@@ -1392,7 +1019,7 @@ class AgentOutput(Message, tag="agent.output", kw_only=True):
     """True when the turn's response text is complete."""
 
 
-class AgentToolInvoke(Message, tag="agent.tool.invoke", kw_only=True):
+class AgentToolInvoke(Envelope, Message, tag="agent.tool.invoke", kw_only=True):
     """The LLM is calling a tool; carries the arguments.
 
     Sent for every tool call the LLM issues, even one the gateway then refuses (an
@@ -1403,34 +1030,6 @@ class AgentToolInvoke(Message, tag="agent.tool.invoke", kw_only=True):
     """
 
     type: ClassVar[Literal["agent.tool.invoke"]] = "agent.tool.invoke"
-
-    seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
-    """Sequence number of the event within its direction. Strictly increasing per direction and
-    per session; the server's and the client's counters are independent. session.start is seq
-    0.
-
-    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
-    """
-
-    ts: Annotated[
-        str,
-        Meta(
-            pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?Z\Z"
-        ),
-    ]
-    """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
-    to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
-
-    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
-    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
-    """
-
-    session_id: Annotated[str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS)]
-    """The session the event belongs to: the id in the endpoint path and in the token, echoed by
-    session.start and carried by every event in both directions.
-
-    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS).
-    """
 
     turn_id: Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS)]
     """The agent turn.
@@ -1457,7 +1056,7 @@ class AgentToolInvoke(Message, tag="agent.tool.invoke", kw_only=True):
     """The arguments, which the tool's input_schema must accept."""
 
 
-class AgentToolStreaming(Message, tag="agent.tool.streaming", kw_only=True):
+class AgentToolStreaming(Envelope, Message, tag="agent.tool.streaming", kw_only=True):
     """A partial result of a tool that opted into streaming.
 
     Only for tools declared with streaming true. The chunks arrive in seq order; the call
@@ -1467,34 +1066,6 @@ class AgentToolStreaming(Message, tag="agent.tool.streaming", kw_only=True):
     """
 
     type: ClassVar[Literal["agent.tool.streaming"]] = "agent.tool.streaming"
-
-    seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
-    """Sequence number of the event within its direction. Strictly increasing per direction and
-    per session; the server's and the client's counters are independent. session.start is seq
-    0.
-
-    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
-    """
-
-    ts: Annotated[
-        str,
-        Meta(
-            pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?Z\Z"
-        ),
-    ]
-    """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
-    to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
-
-    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
-    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
-    """
-
-    session_id: Annotated[str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS)]
-    """The session the event belongs to: the id in the endpoint path and in the token, echoed by
-    session.start and carried by every event in both directions.
-
-    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS).
-    """
 
     turn_id: Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS)]
     """The agent turn.
@@ -1512,41 +1083,13 @@ class AgentToolStreaming(Message, tag="agent.tool.streaming", kw_only=True):
     """The partial result, any JSON value."""
 
 
-class AgentToolResult(Message, tag="agent.tool.result", kw_only=True):
+class AgentToolResult(Envelope, Message, tag="agent.tool.result", kw_only=True):
     """The final result of a tool call and how long it took.
 
     Sent by: server.
     """
 
     type: ClassVar[Literal["agent.tool.result"]] = "agent.tool.result"
-
-    seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
-    """Sequence number of the event within its direction. Strictly increasing per direction and
-    per session; the server's and the client's counters are independent. session.start is seq
-    0.
-
-    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
-    """
-
-    ts: Annotated[
-        str,
-        Meta(
-            pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?Z\Z"
-        ),
-    ]
-    """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
-    to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
-
-    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
-    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
-    """
-
-    session_id: Annotated[str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS)]
-    """The session the event belongs to: the id in the endpoint path and in the token, echoed by
-    session.start and carried by every event in both directions.
-
-    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS).
-    """
 
     turn_id: Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS)]
     """The agent turn.
@@ -1570,7 +1113,7 @@ class AgentToolResult(Message, tag="agent.tool.result", kw_only=True):
     """
 
 
-class AgentToolError(Message, tag="agent.tool.error", kw_only=True):
+class AgentToolError(Envelope, Message, tag="agent.tool.error", kw_only=True):
     """A tool call failed; carries whether retrying may succeed.
 
     code is OVP_TOOL_UNKNOWN or OVP_TOOL_ARGS_INVALID when the gateway refused the call,
@@ -1581,34 +1124,6 @@ class AgentToolError(Message, tag="agent.tool.error", kw_only=True):
     """
 
     type: ClassVar[Literal["agent.tool.error"]] = "agent.tool.error"
-
-    seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
-    """Sequence number of the event within its direction. Strictly increasing per direction and
-    per session; the server's and the client's counters are independent. session.start is seq
-    0.
-
-    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
-    """
-
-    ts: Annotated[
-        str,
-        Meta(
-            pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?Z\Z"
-        ),
-    ]
-    """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
-    to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
-
-    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
-    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
-    """
-
-    session_id: Annotated[str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS)]
-    """The session the event belongs to: the id in the endpoint path and in the token, echoed by
-    session.start and carried by every event in both directions.
-
-    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS).
-    """
 
     turn_id: Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS)]
     """The agent turn.
@@ -1645,7 +1160,7 @@ class AgentToolError(Message, tag="agent.tool.error", kw_only=True):
     """
 
 
-class AgentBargeIn(Message, tag="agent.barge_in", kw_only=True):
+class AgentBargeIn(Envelope, Message, tag="agent.barge_in", kw_only=True):
     """The caller spoke over the agent; TTS was cut and the LLM context truncated to what was
     heard.
 
@@ -1657,34 +1172,6 @@ class AgentBargeIn(Message, tag="agent.barge_in", kw_only=True):
     """
 
     type: ClassVar[Literal["agent.barge_in"]] = "agent.barge_in"
-
-    seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
-    """Sequence number of the event within its direction. Strictly increasing per direction and
-    per session; the server's and the client's counters are independent. session.start is seq
-    0.
-
-    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
-    """
-
-    ts: Annotated[
-        str,
-        Meta(
-            pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?Z\Z"
-        ),
-    ]
-    """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
-    to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
-
-    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
-    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
-    """
-
-    session_id: Annotated[str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS)]
-    """The session the event belongs to: the id in the endpoint path and in the token, echoed by
-    session.start and carried by every event in both directions.
-
-    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS).
-    """
 
     turn_id: Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS)]
     """The agent turn that was cut.
@@ -1705,7 +1192,7 @@ class AgentBargeIn(Message, tag="agent.barge_in", kw_only=True):
     """
 
 
-class AgentCancel(Message, tag="agent.cancel", kw_only=True):
+class AgentCancel(Envelope, Message, tag="agent.cancel", kw_only=True):
     """The developer kills the current turn; its LLM output is discarded and no context is kept.
 
     The gateway stops the turn, flushes its audio (audio.flush cause cancel) and drops its
@@ -1715,34 +1202,6 @@ class AgentCancel(Message, tag="agent.cancel", kw_only=True):
     """
 
     type: ClassVar[Literal["agent.cancel"]] = "agent.cancel"
-
-    seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
-    """Sequence number of the event within its direction. Strictly increasing per direction and
-    per session; the server's and the client's counters are independent. session.start is seq
-    0.
-
-    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
-    """
-
-    ts: Annotated[
-        str,
-        Meta(
-            pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?Z\Z"
-        ),
-    ]
-    """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
-    to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
-
-    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
-    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
-    """
-
-    session_id: Annotated[str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS)]
-    """The session the event belongs to: the id in the endpoint path and in the token, echoed by
-    session.start and carried by every event in both directions.
-
-    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS).
-    """
 
     turn_id: Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS)] | UnsetType = UNSET
     """The turn to cancel; the turn in progress when absent.
@@ -1754,7 +1213,7 @@ class AgentCancel(Message, tag="agent.cancel", kw_only=True):
     """Why the turn is cancelled (for logs and dashboards)."""
 
 
-class SupervisorTakeover(Message, tag="supervisor.takeover", kw_only=True):
+class SupervisorTakeover(Envelope, Message, tag="supervisor.takeover", kw_only=True):
     """A human operator cuts in; the AI stops generating.
 
     The gateway flushes the agent's audio (audio.flush cause takeover) and the AI pauses. With
@@ -1764,34 +1223,6 @@ class SupervisorTakeover(Message, tag="supervisor.takeover", kw_only=True):
     """
 
     type: ClassVar[Literal["supervisor.takeover"]] = "supervisor.takeover"
-
-    seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
-    """Sequence number of the event within its direction. Strictly increasing per direction and
-    per session; the server's and the client's counters are independent. session.start is seq
-    0.
-
-    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
-    """
-
-    ts: Annotated[
-        str,
-        Meta(
-            pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?Z\Z"
-        ),
-    ]
-    """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
-    to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
-
-    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
-    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
-    """
-
-    session_id: Annotated[str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS)]
-    """The session the event belongs to: the id in the endpoint path and in the token, echoed by
-    session.start and carried by every event in both directions.
-
-    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS).
-    """
 
     operator_user_id: Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS)]
     """The operator taking over.
@@ -1803,7 +1234,7 @@ class SupervisorTakeover(Message, tag="supervisor.takeover", kw_only=True):
     """True when the operator may hand the call back to the AI."""
 
 
-class SupervisorRelease(Message, tag="supervisor.release", kw_only=True):
+class SupervisorRelease(Envelope, Message, tag="supervisor.release", kw_only=True):
     """The operator hands the call back to the AI, optionally with a note of what was said.
 
     Valid only after a supervisor.takeover with resumable true. context_note enters the LLM
@@ -1813,34 +1244,6 @@ class SupervisorRelease(Message, tag="supervisor.release", kw_only=True):
     """
 
     type: ClassVar[Literal["supervisor.release"]] = "supervisor.release"
-
-    seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
-    """Sequence number of the event within its direction. Strictly increasing per direction and
-    per session; the server's and the client's counters are independent. session.start is seq
-    0.
-
-    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
-    """
-
-    ts: Annotated[
-        str,
-        Meta(
-            pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?Z\Z"
-        ),
-    ]
-    """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
-    to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
-
-    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
-    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
-    """
-
-    session_id: Annotated[str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS)]
-    """The session the event belongs to: the id in the endpoint path and in the token, echoed by
-    session.start and carried by every event in both directions.
-
-    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS).
-    """
 
     operator_user_id: Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS)]
     """The operator handing back.
@@ -1855,7 +1258,7 @@ class SupervisorRelease(Message, tag="supervisor.release", kw_only=True):
     """
 
 
-class ImageSend(Message, tag="image.send", kw_only=True):
+class ImageSend(Envelope, Message, tag="image.send", kw_only=True):
     """The agent sends the caller an image over a messaging channel.
 
     Reports an image sent to the caller's phone beside the call (SMS, MMS, WhatsApp, email or
@@ -1865,34 +1268,6 @@ class ImageSend(Message, tag="image.send", kw_only=True):
     """
 
     type: ClassVar[Literal["image.send"]] = "image.send"
-
-    seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
-    """Sequence number of the event within its direction. Strictly increasing per direction and
-    per session; the server's and the client's counters are independent. session.start is seq
-    0.
-
-    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
-    """
-
-    ts: Annotated[
-        str,
-        Meta(
-            pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?Z\Z"
-        ),
-    ]
-    """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
-    to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
-
-    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
-    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
-    """
-
-    session_id: Annotated[str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS)]
-    """The session the event belongs to: the id in the endpoint path and in the token, echoed by
-    session.start and carried by every event in both directions.
-
-    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS).
-    """
 
     channel: MediaChannel
     """The channel that carries the image."""
@@ -1916,41 +1291,13 @@ class ImageSend(Message, tag="image.send", kw_only=True):
     """
 
 
-class FileAttach(Message, tag="file.attach", kw_only=True):
+class FileAttach(Envelope, Message, tag="file.attach", kw_only=True):
     """The agent sends the caller a file (a PDF, etc.) over a messaging channel.
 
     Sent by: server.
     """
 
     type: ClassVar[Literal["file.attach"]] = "file.attach"
-
-    seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
-    """Sequence number of the event within its direction. Strictly increasing per direction and
-    per session; the server's and the client's counters are independent. session.start is seq
-    0.
-
-    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
-    """
-
-    ts: Annotated[
-        str,
-        Meta(
-            pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?Z\Z"
-        ),
-    ]
-    """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
-    to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
-
-    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
-    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
-    """
-
-    session_id: Annotated[str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS)]
-    """The session the event belongs to: the id in the endpoint path and in the token, echoed by
-    session.start and carried by every event in both directions.
-
-    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS).
-    """
 
     channel: MediaChannel
     """The channel that carries the file."""
@@ -1999,7 +1346,7 @@ class FileAttach(Message, tag="file.attach", kw_only=True):
     """
 
 
-class ScreenShare(Message, tag="screen.share", kw_only=True):
+class ScreenShare(Envelope, Message, tag="screen.share", kw_only=True):
     """Start or stop a screen-share session from an operator to the caller.
 
     From the client it asks the gateway to start or stop a share; from the gateway it
@@ -2010,34 +1357,6 @@ class ScreenShare(Message, tag="screen.share", kw_only=True):
     """
 
     type: ClassVar[Literal["screen.share"]] = "screen.share"
-
-    seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
-    """Sequence number of the event within its direction. Strictly increasing per direction and
-    per session; the server's and the client's counters are independent. session.start is seq
-    0.
-
-    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
-    """
-
-    ts: Annotated[
-        str,
-        Meta(
-            pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?Z\Z"
-        ),
-    ]
-    """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
-    to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
-
-    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
-    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
-    """
-
-    session_id: Annotated[str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS)]
-    """The session the event belongs to: the id in the endpoint path and in the token, echoed by
-    session.start and carried by every event in both directions.
-
-    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS).
-    """
 
     action: ScreenShareAction
     """Start or stop."""
@@ -2057,41 +1376,13 @@ class ScreenShare(Message, tag="screen.share", kw_only=True):
     """
 
 
-class CallQualityUpdate(Message, tag="call.quality.update", kw_only=True):
+class CallQualityUpdate(Envelope, Message, tag="call.quality.update", kw_only=True):
     """Caller-leg quality over the last period (every 5 s): packet loss, jitter, RTT and MOS.
 
     Sent by: server.
     """
 
     type: ClassVar[Literal["call.quality.update"]] = "call.quality.update"
-
-    seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
-    """Sequence number of the event within its direction. Strictly increasing per direction and
-    per session; the server's and the client's counters are independent. session.start is seq
-    0.
-
-    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
-    """
-
-    ts: Annotated[
-        str,
-        Meta(
-            pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?Z\Z"
-        ),
-    ]
-    """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
-    to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
-
-    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
-    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
-    """
-
-    session_id: Annotated[str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS)]
-    """The session the event belongs to: the id in the endpoint path and in the token, echoed by
-    session.start and carried by every event in both directions.
-
-    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS).
-    """
 
     packet_loss_pct: Annotated[float, Meta(ge=0, le=100)]
     """Percentage of RTP packets lost.
@@ -2118,7 +1409,7 @@ class CallQualityUpdate(Message, tag="call.quality.update", kw_only=True):
     """
 
 
-class AgentLatencyBreakdown(Message, tag="agent.latency.breakdown", kw_only=True):
+class AgentLatencyBreakdown(Envelope, Message, tag="agent.latency.breakdown", kw_only=True):
     """Per-turn latency of each stage: STT first token and final, LLM first token and final, TTS
     first byte, total.
 
@@ -2131,34 +1422,6 @@ class AgentLatencyBreakdown(Message, tag="agent.latency.breakdown", kw_only=True
     """
 
     type: ClassVar[Literal["agent.latency.breakdown"]] = "agent.latency.breakdown"
-
-    seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
-    """Sequence number of the event within its direction. Strictly increasing per direction and
-    per session; the server's and the client's counters are independent. session.start is seq
-    0.
-
-    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
-    """
-
-    ts: Annotated[
-        str,
-        Meta(
-            pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?Z\Z"
-        ),
-    ]
-    """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
-    to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
-
-    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
-    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
-    """
-
-    session_id: Annotated[str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS)]
-    """The session the event belongs to: the id in the endpoint path and in the token, echoed by
-    session.start and carried by every event in both directions.
-
-    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS).
-    """
 
     turn_id: Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS)]
     """The agent turn measured.
@@ -2205,7 +1468,7 @@ class AgentLatencyBreakdown(Message, tag="agent.latency.breakdown", kw_only=True
     """
 
 
-class AgentCostTick(Message, tag="agent.cost.tick", kw_only=True):
+class AgentCostTick(Envelope, Message, tag="agent.cost.tick", kw_only=True):
     """Running cost of the call (every 5 s) in USD micros, by LLM, STT, TTS and voice
     termination.
 
@@ -2217,34 +1480,6 @@ class AgentCostTick(Message, tag="agent.cost.tick", kw_only=True):
 
     type: ClassVar[Literal["agent.cost.tick"]] = "agent.cost.tick"
 
-    seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
-    """Sequence number of the event within its direction. Strictly increasing per direction and
-    per session; the server's and the client's counters are independent. session.start is seq
-    0.
-
-    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
-    """
-
-    ts: Annotated[
-        str,
-        Meta(
-            pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?Z\Z"
-        ),
-    ]
-    """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
-    to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
-
-    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
-    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
-    """
-
-    session_id: Annotated[str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS)]
-    """The session the event belongs to: the id in the endpoint path and in the token, echoed by
-    session.start and carried by every event in both directions.
-
-    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS).
-    """
-
     total_cost_usd_micros: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """Cost of the call so far, in USD micros.
 
@@ -2255,7 +1490,7 @@ class AgentCostTick(Message, tag="agent.cost.tick", kw_only=True):
     """Cost so far by component."""
 
 
-class AgentHandoffRequested(Message, tag="agent.handoff_requested", kw_only=True):
+class AgentHandoffRequested(Envelope, Message, tag="agent.handoff_requested", kw_only=True):
     """The AI decided it cannot handle the call and asks for a human; carries a summary and the
     caller's sentiment.
 
@@ -2267,34 +1502,6 @@ class AgentHandoffRequested(Message, tag="agent.handoff_requested", kw_only=True
     """
 
     type: ClassVar[Literal["agent.handoff_requested"]] = "agent.handoff_requested"
-
-    seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
-    """Sequence number of the event within its direction. Strictly increasing per direction and
-    per session; the server's and the client's counters are independent. session.start is seq
-    0.
-
-    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
-    """
-
-    ts: Annotated[
-        str,
-        Meta(
-            pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?Z\Z"
-        ),
-    ]
-    """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
-    to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
-
-    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
-    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
-    """
-
-    session_id: Annotated[str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS)]
-    """The session the event belongs to: the id in the endpoint path and in the token, echoed by
-    session.start and carried by every event in both directions.
-
-    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS).
-    """
 
     reason: str
     """Why a human is needed."""
@@ -2309,41 +1516,13 @@ class AgentHandoffRequested(Message, tag="agent.handoff_requested", kw_only=True
     """The caller's sentiment."""
 
 
-class AgentHandoffAccepted(Message, tag="agent.handoff_accepted", kw_only=True):
+class AgentHandoffAccepted(Envelope, Message, tag="agent.handoff_accepted", kw_only=True):
     """An operator picked up the handoff; carries how long the call waited in the queue.
 
     Sent by: client.
     """
 
     type: ClassVar[Literal["agent.handoff_accepted"]] = "agent.handoff_accepted"
-
-    seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
-    """Sequence number of the event within its direction. Strictly increasing per direction and
-    per session; the server's and the client's counters are independent. session.start is seq
-    0.
-
-    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
-    """
-
-    ts: Annotated[
-        str,
-        Meta(
-            pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?Z\Z"
-        ),
-    ]
-    """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
-    to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
-
-    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
-    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
-    """
-
-    session_id: Annotated[str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS)]
-    """The session the event belongs to: the id in the endpoint path and in the token, echoed by
-    session.start and carried by every event in both directions.
-
-    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS).
-    """
 
     operator_user_id: Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS)]
     """The operator who accepted.
@@ -2358,7 +1537,7 @@ class AgentHandoffAccepted(Message, tag="agent.handoff_accepted", kw_only=True):
     """
 
 
-class AgentHandoffCompleted(Message, tag="agent.handoff_completed", kw_only=True):
+class AgentHandoffCompleted(Envelope, Message, tag="agent.handoff_completed", kw_only=True):
     """The call is transferred to the operator; agent_remains_observer says whether the AI stays
     on, muted.
 
@@ -2371,34 +1550,6 @@ class AgentHandoffCompleted(Message, tag="agent.handoff_completed", kw_only=True
 
     type: ClassVar[Literal["agent.handoff_completed"]] = "agent.handoff_completed"
 
-    seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
-    """Sequence number of the event within its direction. Strictly increasing per direction and
-    per session; the server's and the client's counters are independent. session.start is seq
-    0.
-
-    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
-    """
-
-    ts: Annotated[
-        str,
-        Meta(
-            pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?Z\Z"
-        ),
-    ]
-    """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
-    to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
-
-    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
-    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
-    """
-
-    session_id: Annotated[str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS)]
-    """The session the event belongs to: the id in the endpoint path and in the token, echoed by
-    session.start and carried by every event in both directions.
-
-    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS).
-    """
-
     operator_user_id: Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS)]
     """The operator who now owns the call.
 
@@ -2409,41 +1560,13 @@ class AgentHandoffCompleted(Message, tag="agent.handoff_completed", kw_only=True
     """True when the AI stays on the call, muted, as an observer."""
 
 
-class AgentHandoffFailed(Message, tag="agent.handoff_failed", kw_only=True):
+class AgentHandoffFailed(Envelope, Message, tag="agent.handoff_failed", kw_only=True):
     """The handoff failed (no operator, timeout, declined); carries the fallback the call takes.
 
     Sent by: client.
     """
 
     type: ClassVar[Literal["agent.handoff_failed"]] = "agent.handoff_failed"
-
-    seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
-    """Sequence number of the event within its direction. Strictly increasing per direction and
-    per session; the server's and the client's counters are independent. session.start is seq
-    0.
-
-    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
-    """
-
-    ts: Annotated[
-        str,
-        Meta(
-            pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?Z\Z"
-        ),
-    ]
-    """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
-    to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
-
-    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
-    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
-    """
-
-    session_id: Annotated[str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS)]
-    """The session the event belongs to: the id in the endpoint path and in the token, echoed by
-    session.start and carried by every event in both directions.
-
-    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS).
-    """
 
     reason: HandoffFailureReason
     """Why the handoff failed."""
@@ -2452,7 +1575,7 @@ class AgentHandoffFailed(Message, tag="agent.handoff_failed", kw_only=True):
     """What the call does now."""
 
 
-class DtmfReceived(Message, tag="dtmf.received", kw_only=True):
+class DtmfReceived(Envelope, Message, tag="dtmf.received", kw_only=True):
     """The caller pressed a key.
 
     One event per key press as the voxwire gateway sends it; a receiver accepts several keys
@@ -2462,34 +1585,6 @@ class DtmfReceived(Message, tag="dtmf.received", kw_only=True):
     """
 
     type: ClassVar[Literal["dtmf.received"]] = "dtmf.received"
-
-    seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
-    """Sequence number of the event within its direction. Strictly increasing per direction and
-    per session; the server's and the client's counters are independent. session.start is seq
-    0.
-
-    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
-    """
-
-    ts: Annotated[
-        str,
-        Meta(
-            pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?Z\Z"
-        ),
-    ]
-    """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
-    to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
-
-    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
-    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
-    """
-
-    session_id: Annotated[str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS)]
-    """The session the event belongs to: the id in the endpoint path and in the token, echoed by
-    session.start and carried by every event in both directions.
-
-    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS).
-    """
 
     digits: Annotated[
         str, Meta(min_length=1, max_length=MAX_DTMF_DIGITS, pattern=r"^[0-9*#A-D]+\Z")
@@ -2506,7 +1601,7 @@ class DtmfReceived(Message, tag="dtmf.received", kw_only=True):
     """
 
 
-class DtmfSend(Message, tag="dtmf.send", kw_only=True):
+class DtmfSend(Envelope, Message, tag="dtmf.send", kw_only=True):
     """Push DTMF digits into the call (e.g. navigating an IVR).
 
     The gateway plays the keys in order into the call, each for duration_ms with a gap of the
@@ -2516,34 +1611,6 @@ class DtmfSend(Message, tag="dtmf.send", kw_only=True):
     """
 
     type: ClassVar[Literal["dtmf.send"]] = "dtmf.send"
-
-    seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
-    """Sequence number of the event within its direction. Strictly increasing per direction and
-    per session; the server's and the client's counters are independent. session.start is seq
-    0.
-
-    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
-    """
-
-    ts: Annotated[
-        str,
-        Meta(
-            pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?Z\Z"
-        ),
-    ]
-    """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
-    to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
-
-    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
-    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
-    """
-
-    session_id: Annotated[str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS)]
-    """The session the event belongs to: the id in the endpoint path and in the token, echoed by
-    session.start and carried by every event in both directions.
-
-    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS).
-    """
 
     digits: Annotated[
         str, Meta(min_length=1, max_length=MAX_DTMF_DIGITS, pattern=r"^[0-9*#A-D]+\Z")
@@ -2560,7 +1627,7 @@ class DtmfSend(Message, tag="dtmf.send", kw_only=True):
     """
 
 
-class Error(Message, tag="error", kw_only=True):
+class Error(Envelope, Message, tag="error", kw_only=True):
     """Something went wrong; recoverable says whether the connection stays open.
 
     recoverable true: the WebSocket stays open (the offending event or frame was dropped).
@@ -2572,34 +1639,6 @@ class Error(Message, tag="error", kw_only=True):
     """
 
     type: ClassVar[Literal["error"]] = "error"
-
-    seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
-    """Sequence number of the event within its direction. Strictly increasing per direction and
-    per session; the server's and the client's counters are independent. session.start is seq
-    0.
-
-    Limits: ≥ 0, ≤ 4294967295 (MAX_SEQ).
-    """
-
-    ts: Annotated[
-        str,
-        Meta(
-            pattern=r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?Z\Z"
-        ),
-    ]
-    """When the sender emitted the event: an ISO-8601 UTC timestamp with the Z designator and 0
-    to 9 fractional-second digits, such as 2026-05-14T12:34:56.000Z.
-
-    Limits: matches ``^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0
-    -5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?Z$``.
-    """
-
-    session_id: Annotated[str, Meta(min_length=1, max_length=MAX_SESSION_ID_CHARS)]
-    """The session the event belongs to: the id in the endpoint path and in the token, echoed by
-    session.start and carried by every event in both directions.
-
-    Limits: ≥ 1 characters, ≤ 128 characters (MAX_SESSION_ID_CHARS).
-    """
 
     code: Annotated[
         str, Meta(min_length=1, max_length=MAX_ERROR_CODE_CHARS, pattern=r"^[A-Z][A-Z0-9_]*\Z")
