@@ -133,7 +133,7 @@ class JsonCodec:
             sid: msgspec.json.Decoder(spec.union).decode for sid, spec in senders.items()
         }
         self._types_by_sender = {sid: _tags(spec.union) for sid, spec in senders.items()}
-        self._envelopes = {
+        self._envelopes: dict[str, Callable[[bytes | str], object]] = {
             sid: msgspec.json.Decoder(spec.envelope).decode
             for sid, spec in senders.items()
             if spec.envelope is not None
@@ -154,8 +154,9 @@ class JsonCodec:
             ) from None
         if len(data) > self._quarter:
             self._check_size(data)
-        if data.__class__ is not str and (data.__class__ is not bytes or not data.isascii()):
-            data = self._utf8_bytes(data)  # msgspec does not check the bytes of skipped fields
+        if type(data) is not str:  # a str is text already; bytes may hold anything
+            if type(data) is not bytes or not data.isascii():
+                data = self._utf8_bytes(data)  # msgspec skips unknown fields' bytes unchecked
         try:
             message = decode(data)
         except msgspec.ValidationError as exc:
@@ -238,7 +239,9 @@ class JsonCodec:
                 self._codes.too_large, f"message of {size} bytes or more, at most {self._max}"
             )
 
-    def _recover(self, exc: msgspec.ValidationError, data: bytes | str, sender: str) -> Any:
+    def _recover(
+        self, exc: msgspec.ValidationError, data: bytes | str, sender: str
+    ) -> UnknownMessage:
         """Turn msgspec's complaint into the protocol's error, or an ``UnknownMessage``."""
         text = str(exc)
         detail, sep, where = text.rpartition(" - at `")
