@@ -154,9 +154,9 @@ class JsonCodec:
             ) from None
         if len(data) > self._quarter:
             self._check_size(data)
-        if type(data) is not str:  # a str is text already; bytes may hold anything
-            if type(data) is not bytes or not data.isascii():
-                data = self._utf8_bytes(data)  # msgspec skips unknown fields' bytes unchecked
+        # A str is text already; bytes may hold anything, and msgspec skips unknown fields unread.
+        if not isinstance(data, str) and (type(data) is not bytes or not data.isascii()):
+            data = self._utf8_bytes(data)
         try:
             message = decode(data)
         except msgspec.ValidationError as exc:
