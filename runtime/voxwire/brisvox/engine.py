@@ -1,0 +1,774 @@
+"""The engine side of the Brisvox link over websockets: :class:`EngineLink` and its configuration.
+
+The engine connects out to the agent, one link per call, under the document's rules: the
+plaintext host rule (:func:`voxwire.hosts.check_url`), the private CA bundle, the bearer token,
+2 s to connect and 2 s to handshake, a ping every 10 s and the link down after 30 s of silence,
+2 s per write, 1 s to close, and reconnecting with backoff for an agent that declared resume.
+
+```text
+config = load_config()                               # BRISVOX_AGENT_* and [agent_link]
+target = config.target(route="billing")              # a route name, never a URL
+link = EngineLink(target, session_id="42", agent="luigi", ssl=config.ssl, settings=config.settings)
+if await link.start():                               # False: the call runs without the agent
+    link.send_event(brisvox.UserText(seq=0, t_ms=0, epoch=1, text="hours?"))
+    async for notice in link:                        # the agent's commands, link changes
+        ...
+await link.end("hangup")
+```
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import logging
+import os
+import re
+import ssl as ssl_module
+import tomllib
+from collections.abc import AsyncIterator, Awaitable, Generator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, TypeAlias
+
+from msgspec import UNSET
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+
+from voxwire.brisvox._logs import websockets_logger
+from voxwire.brisvox.constants import (
+    AGENT_TOKEN_ENV,
+    CA_BUNDLE_MAX_BYTES,
+    CA_BUNDLE_MAX_CERTIFICATES,
+    MAX_MESSAGE_BYTES,
+    MAX_SIP_USER_PART_LENGTH,
+    RECONNECT_WINDOW_MS,
+)
+from voxwire.brisvox.core import (
+    AgentAccepted,
+    BadMessage,
+    CommandReceived,
+    EngineCore,
+    EngineOutput,
+    EngineState,
+    Event,
+    HandshakeFailed,
+    Ignored,
+    LinkDown,
+    LinkSettings,
+    SendPing,
+    ToolCallQueued,
+    ToolFinished,
+    ToolOverdue,
+)
+from voxwire.brisvox.errors import ErrorCode
+from voxwire.brisvox.messages import (
+    CallIdentity,
+    Capabilities,
+    ErrorEvent,
+    SessionAccept,
+    SessionUsage,
+    ToolCancelReason,
+)
+from voxwire.clock import SYSTEM_CLOCK, Clock
+from voxwire.hosts import CheckedURL, check_url
+from voxwire.sansio import Close
+
+__all__ = [
+    "AgentLinkConfig",
+    "AgentTarget",
+    "CABundleError",
+    "ConfigError",
+    "EngineLink",
+    "LinkNotice",
+    "PendingTool",
+    "caller_identity",
+    "load_ca_bundle",
+    "load_config",
+    "sip_user_part",
+]
+
+log = logging.getLogger(__name__)
+
+ENV_URL: Final = "BRISVOX_AGENT_URL"
+ENV_TLS_CA: Final = "BRISVOX_AGENT_TLS_CA"
+ENV_ALLOW_INSECURE: Final = "BRISVOX_AGENT_ALLOW_INSECURE"
+ENV_RECONNECT_ATTEMPTS: Final = "BRISVOX_AGENT_RECONNECT_ATTEMPTS"
+ENV_RECONNECT_WINDOW_MS: Final = "BRISVOX_AGENT_RECONNECT_WINDOW_MS"
+ENV_CALLER_IDENTITY: Final = "BRISVOX_AGENT_CALLER_IDENTITY"
+
+_COMMAND_QUEUE: Final = 1024
+_SECTION_KEYS: Final = frozenset(
+    {"url", "token_env", "allow_insecure", "caller_identity", "routes"}
+)
+_ROUTE_KEYS: Final = frozenset({"name", "url", "token_env", "allow_insecure", "caller_identity"})
+_PEM_BEGIN: Final = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----")
+_PEM_END: Final = re.compile(r"-----END ([A-Z0-9 ]+)-----")
+_SIP_USER: Final = re.compile(rf"[0-9A-Za-z+*#._-]{{1,{MAX_SIP_USER_PART_LENGTH}}}")
+_TRUE: Final = frozenset({"1", "true", "yes", "on"})
+_FALSE: Final = frozenset({"", "0", "false", "no", "off"})
+
+
+# -- configuration ------------------------------------------------------------------------------
+
+
+class ConfigError(ValueError):
+    """The agent link's configuration is wrong; the message names the setting."""
+
+
+class CABundleError(ConfigError):
+    """The private CA bundle is missing, empty, too large or malformed."""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentTarget:
+    """Where one call's agent process is: the checked URL, its token, the identity opt-in."""
+
+    url: CheckedURL
+    token: str | None = field(default=None, repr=False)
+    caller_identity: bool = False
+    route: str | None = None
+    """The route's name; None for the default agent process."""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentLinkConfig:
+    """The engine's agent links: the default target, the named routes, TLS and the bounds."""
+
+    default: AgentTarget | None
+    routes: Mapping[str, AgentTarget]
+    ssl: ssl_module.SSLContext | None = None
+    """The private CA added to the default roots, for every wss:// target."""
+    settings: LinkSettings = field(default_factory=LinkSettings)
+
+    def target(self, route: str | None = None) -> AgentTarget | None:
+        """The target of a call: its named route, else the default (an unknown route falls back
+        and is logged). A call names a route, never a URL."""
+        if route is not None:
+            found = self.routes.get(route)
+            if found is not None:
+                return found
+            log.warning("unknown agent route %r; using the default agent", route)
+        return self.default
+
+
+def load_config(
+    *,
+    environ: Mapping[str, str] | None = None,
+    toml: Path | Mapping[str, Any] | None = None,
+) -> AgentLinkConfig:
+    """Read the environment and the ``[agent_link]`` section (a TOML file or a parsed document).
+
+    The section's url wins over ``BRISVOX_AGENT_URL`` and its ``caller_identity`` over
+    ``BRISVOX_AGENT_CALLER_IDENTITY``; a route has its own url, ``token_env``, ``allow_insecure``
+    and ``caller_identity`` and inherits none of them. Raises :class:`ConfigError` naming what
+    is wrong (an insecure URL raises ``voxwire.hosts.InsecureURLError``, also a ValueError).
+    """
+    env = os.environ if environ is None else environ
+    if isinstance(toml, Path):
+        try:
+            document: Mapping[str, Any] = tomllib.loads(toml.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"{toml}: {exc}") from None
+    else:
+        document = toml or {}
+    section = document.get("agent_link", {})
+    if not isinstance(section, Mapping):
+        raise ConfigError("[agent_link] must be a table")
+    _no_unknown_keys(section, _SECTION_KEYS, "[agent_link]")
+    warned: set[str] = set()
+
+    url = _str_setting(section, "url", "[agent_link]") or env.get(ENV_URL) or None
+    default: AgentTarget | None = None
+    if url is not None:
+        token_env = _str_setting(section, "token_env", "[agent_link]")
+        token = _token(env, token_env, "[agent_link] token_env") if token_env else None
+        if token_env is None:
+            token = env.get(AGENT_TOKEN_ENV) or None
+        allow = _bool_setting(section, "allow_insecure", "[agent_link]")
+        identity = _bool_setting(section, "caller_identity", "[agent_link]")
+        default = AgentTarget(
+            _check(url, bool(allow) or _env_bool(env, ENV_ALLOW_INSECURE), "default", warned),
+            token,
+            identity if identity is not None else _env_bool(env, ENV_CALLER_IDENTITY),
+        )
+
+    routes: dict[str, AgentTarget] = {}
+    raw_routes = section.get("routes", [])
+    if not isinstance(raw_routes, list):
+        raise ConfigError("[agent_link] routes must be an array of tables ([[agent_link.routes]])")
+    for index, raw in enumerate(raw_routes):
+        where = f"[[agent_link.routes]] #{index + 1}"
+        if not isinstance(raw, Mapping):
+            raise ConfigError(f"{where} must be a table")
+        _no_unknown_keys(raw, _ROUTE_KEYS, where)
+        name = _str_setting(raw, "name", where)
+        route_url = _str_setting(raw, "url", where)
+        if not name or not route_url:
+            raise ConfigError(f"{where} needs a name and a url")
+        if name in routes:
+            raise ConfigError(f"{where}: route {name!r} is defined twice")
+        token_env = _str_setting(raw, "token_env", where)
+        routes[name] = AgentTarget(
+            _check(route_url, bool(_bool_setting(raw, "allow_insecure", where)), name, warned),
+            _token(env, token_env, f"{where} token_env") if token_env else None,
+            bool(_bool_setting(raw, "caller_identity", where)),
+            name,
+        )
+
+    attempts = _env_int(env, ENV_RECONNECT_ATTEMPTS, LinkSettings().reconnect_attempts, 0)
+    window_ms = _env_int(env, ENV_RECONNECT_WINDOW_MS, RECONNECT_WINDOW_MS, 1)
+    ca_path = env.get(ENV_TLS_CA)
+    return AgentLinkConfig(
+        default,
+        routes,
+        load_ca_bundle(ca_path) if ca_path else None,
+        LinkSettings(reconnect_attempts=attempts, reconnect_window=window_ms / 1000),
+    )
+
+
+def load_ca_bundle(path: str | Path) -> ssl_module.SSLContext:
+    """A TLS context with the default roots plus the private CA bundle at ``path``.
+
+    The bundle must hold 1 to 16 PEM certificates in at most 256 KiB, counted by this scan
+    (OpenSSL would accept more); a missing, empty or malformed file raises
+    :class:`CABundleError`.
+    """
+    where = f"{ENV_TLS_CA} {path}"
+    try:
+        with open(path, "rb") as file:
+            data = file.read(CA_BUNDLE_MAX_BYTES + 1)
+    except OSError as exc:
+        raise CABundleError(f"{where}: cannot be read: {exc.strerror}") from None
+    if len(data) > CA_BUNDLE_MAX_BYTES:
+        raise CABundleError(f"{where}: larger than {CA_BUNDLE_MAX_BYTES} bytes")
+    count = _count_pem_certificates(data, where)
+    if count > CA_BUNDLE_MAX_CERTIFICATES:
+        raise CABundleError(f"{where}: {count} certificates, at most {CA_BUNDLE_MAX_CERTIFICATES}")
+    context = ssl_module.create_default_context()
+    try:
+        context.load_verify_locations(cadata=data.decode("ascii"))
+    except ssl_module.SSLError as exc:
+        raise CABundleError(f"{where}: not a valid certificate bundle: {exc.reason}") from None
+    return context
+
+
+def _count_pem_certificates(data: bytes, where: str) -> int:
+    try:
+        text = data.decode("ascii")
+    except UnicodeDecodeError:
+        raise CABundleError(f"{where}: not PEM text (non-ASCII bytes)") from None
+    count = 0
+    body: list[str] | None = None
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if (begin := _PEM_BEGIN.fullmatch(line)) is not None:
+            if body is not None:
+                raise CABundleError(f"{where}: line {number}: BEGIN inside a PEM block")
+            if begin.group(1) not in ("CERTIFICATE", "TRUSTED CERTIFICATE"):
+                raise CABundleError(
+                    f"{where}: line {number}: a {begin.group(1)} block is no certificate"
+                )
+            body = []
+        elif (end := _PEM_END.fullmatch(line)) is not None:
+            if body is None:
+                raise CABundleError(f"{where}: line {number}: END outside a PEM block")
+            try:
+                der = base64.b64decode("".join(body), validate=True)
+            except (binascii.Error, ValueError):
+                raise CABundleError(f"{where}: line {number}: the block is not base64") from None
+            if (
+                not der
+                or der[0] != 0x30
+                or end.group(1) not in ("CERTIFICATE", "TRUSTED CERTIFICATE")
+            ):
+                raise CABundleError(f"{where}: line {number}: the block is not a certificate")
+            count += 1
+            body = None
+        elif body is not None:
+            body.append(line)
+    if body is not None:
+        raise CABundleError(f"{where}: a PEM block is not closed")
+    if count == 0:
+        raise CABundleError(f"{where}: holds no certificate")
+    return count
+
+
+def sip_user_part(uri: str) -> str | None:
+    """The user part of a SIP ``From``/``To`` value (``"Ann" <sip:+1555@trunk>``, ``tel:+1555``)
+    when it passes the filter (1 to 64 of ``0-9 A-Z a-z + * # . _ -``), else None."""
+    inner = uri[uri.index("<") + 1 : uri.index(">")] if "<" in uri and ">" in uri else uri
+    scheme, colon, rest = inner.strip().partition(":")
+    scheme = scheme.lower()
+    if not colon:
+        return None
+    if scheme == "tel":
+        user = rest.split(";", 1)[0]
+    elif scheme in ("sip", "sips"):
+        user, at, _ = rest.partition("@")
+        if not at:
+            return None
+    else:
+        return None
+    return user if _SIP_USER.fullmatch(user) else None
+
+
+def caller_identity(
+    carrier: str,
+    carrier_call_id: str | None,
+    *,
+    from_: str | None = None,
+    to: str | None = None,
+    redact: bool = False,
+) -> CallIdentity | None:
+    """The ``session.start.call`` of a telephony call, or None without a carrier call id.
+
+    For ``sip`` a number is kept only when it passes the user-part filter; ``redact`` withholds
+    the numbers (``pii_redacted``) while the carrier and its id are still sent.
+    """
+    if not carrier_call_id:
+        return None
+    if redact:
+        return CallIdentity(carrier=carrier, carrier_call_id=carrier_call_id, pii_redacted=True)
+
+    def keep(number: str | None) -> str | None:
+        if number is None or (carrier == "sip" and not _SIP_USER.fullmatch(number)):
+            return None
+        return number
+
+    kept_from, kept_to = keep(from_), keep(to)
+    return CallIdentity(
+        carrier=carrier,
+        carrier_call_id=carrier_call_id,
+        from_=kept_from if kept_from is not None else UNSET,
+        to=kept_to if kept_to is not None else UNSET,
+    )
+
+
+def _check(url: str, allow_insecure: bool, name: str, warned: set[str]) -> CheckedURL:
+    checked = check_url(url, allow_insecure=allow_insecure)
+    if checked.warning and checked.host not in warned:
+        warned.add(checked.host)
+        log.warning("agent %s %s: %s", name, checked.redacted, checked.warning)
+    log.info("agent %s at %s", name, checked.redacted)
+    return checked
+
+
+def _token(env: Mapping[str, str], name: str, where: str) -> str | None:
+    if name not in env:
+        raise ConfigError(f"{where}: the environment variable {name} is not set")
+    return env[name] or None
+
+
+def _no_unknown_keys(table: Mapping[str, Any], known: frozenset[str], where: str) -> None:
+    unknown = sorted(set(table) - known)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {sorted(known)}")
+
+
+def _str_setting(table: Mapping[str, Any], key: str, where: str) -> str | None:
+    value = table.get(key)
+    if value is not None and not isinstance(value, str):
+        raise ConfigError(f"{where} {key} must be a string, not {type(value).__name__}")
+    return value
+
+
+def _bool_setting(table: Mapping[str, Any], key: str, where: str) -> bool | None:
+    value = table.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise ConfigError(f"{where} {key} must be true or false, not {value!r}")
+    return value
+
+
+def _env_bool(env: Mapping[str, str], name: str) -> bool:
+    value = env.get(name, "").strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ConfigError(f"{name} must be 1 or 0 (true/false), not {env[name]!r}")
+
+
+def _env_int(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+    value = env.get(name, "").strip()
+    if not value:
+        return default
+    if not value.isascii() or not value.isdigit() or int(value) < minimum:
+        raise ConfigError(f"{name} must be an integer of at least {minimum}, not {value!r}")
+    return int(value)
+
+
+# -- the link -----------------------------------------------------------------------------------
+
+LinkNotice: TypeAlias = CommandReceived | ToolOverdue | AgentAccepted | HandshakeFailed | LinkDown
+"""What iterating an :class:`EngineLink` yields: the agent's commands and the link's changes."""
+
+
+@dataclass(slots=True)
+class PendingTool:
+    """A remote tool call in flight; await it for its :class:`ToolFinished`."""
+
+    request_id: int
+    call_id: str
+    future: asyncio.Future[ToolFinished]
+
+    def __await__(self) -> Generator[Any, None, ToolFinished]:
+        return self.future.__await__()
+
+
+class EngineLink:
+    """One call's link to its agent: connects, handshakes, keeps alive and reconnects.
+
+    Args:
+        target: Where the agent is (see :meth:`AgentLinkConfig.target`).
+        session_id: The call's id.
+        agent: The agent definition's name.
+        capabilities: What the call can do.
+        call: The caller identity, sent when the target opted in.
+        settings: The bounds (timeouts, queues, reconnecting).
+        ssl: The TLS context for wss:// (the private CA); default roots when None.
+        clock: The clock every timer reads.
+    """
+
+    def __init__(
+        self,
+        target: AgentTarget,
+        *,
+        session_id: str,
+        agent: str,
+        capabilities: Capabilities | None = None,
+        call: CallIdentity | None = None,
+        settings: LinkSettings | None = None,
+        ssl: ssl_module.SSLContext | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        self.target = target
+        self.clock = clock
+        self.settings = settings or LinkSettings()
+        self.core = EngineCore(
+            session_id=session_id,
+            agent=agent,
+            now=clock.now(),
+            capabilities=capabilities,
+            call=call if target.caller_identity else None,
+            settings=self.settings,
+        )
+        self.pings = 0
+        """Pings sent over the call's life."""
+        self.pongs = 0
+        """Pongs received over the call's life."""
+        self.reconnects = 0
+        """Links taken up again after a loss."""
+        self._ssl = ssl
+        self._ws: ClientConnection | None = None
+        self._notices: asyncio.Queue[LinkNotice | None] = asyncio.Queue()
+        self._tools: dict[int, asyncio.Future[ToolFinished]] = {}
+        self._writable = asyncio.Event()
+        self._tick = asyncio.Event()
+        self._changed = asyncio.Event()
+        self._retry_at: float | None = None
+        self._runner: asyncio.Task[None] | None = None
+        self._link_tasks: set[asyncio.Task[Any]] = set()
+
+    # -- state ----------------------------------------------------------------------------------
+
+    @property
+    def accept(self) -> SessionAccept | None:
+        """The agent's first accept (its tools), once the handshake succeeded."""
+        return self.core.accept
+
+    @property
+    def up(self) -> bool:
+        """Whether the link is open now."""
+        return self.core.state is EngineState.OPEN
+
+    @property
+    def gone(self) -> bool:
+        """Whether the call goes on without the agent for good."""
+        return self.core.state is EngineState.GONE
+
+    # -- the call's life ------------------------------------------------------------------------
+
+    async def start(self) -> bool:
+        """Connect and handshake; True when the agent took the call. False means the call runs
+        without it (the reason was logged and is the first notice)."""
+        if self._runner is not None:
+            raise RuntimeError("start() was already called")
+        self._runner = asyncio.ensure_future(self._run())
+        while self.core.state in (EngineState.IDLE, EngineState.HANDSHAKING):
+            self._changed.clear()
+            await self._changed.wait()
+        return self.core.state is EngineState.OPEN
+
+    async def next_notice(self) -> LinkNotice | None:
+        """The next command or link change, or None once the link is gone for good."""
+        return await self._notices.get()
+
+    async def __aiter__(self) -> AsyncIterator[LinkNotice]:
+        while (notice := await self.next_notice()) is not None:
+            yield notice
+
+    def send_event(self, event: Event | ErrorEvent) -> None:
+        """Queue an event for the agent (seq and t_ms are stamped when written; pass 0)."""
+        self._apply(self.core.send_event(event, self.clock.now()))
+
+    def answer(self, received: CommandReceived, *, error: tuple[str, str] | None = None) -> None:
+        """Answer a command the agent sent: ok, or ``(code, message)``."""
+        self._apply(self.core.answer(received, error=error))
+
+    def call_tool(
+        self, name: str, arguments: dict[str, Any], *, call_id: str, epoch: int
+    ) -> PendingTool:
+        """Ask the agent to run a declared tool; await the returned :class:`PendingTool`."""
+        future: asyncio.Future[ToolFinished] = asyncio.get_running_loop().create_future()
+        outputs = self.core.call_tool(
+            name, arguments, call_id=call_id, epoch=epoch, now=self.clock.now()
+        )
+        request_id = -1
+        for out in outputs:
+            if isinstance(out, ToolCallQueued):
+                request_id = out.request_id
+                self._tools[request_id] = future
+            elif isinstance(out, ToolFinished):
+                request_id = out.request_id
+                future.set_result(out)
+        self._apply(outputs)
+        return PendingTool(request_id, call_id, future)
+
+    def cancel_tool(
+        self, request_id: int, reason: ToolCancelReason = ToolCancelReason.INTERRUPTED
+    ) -> None:
+        """Stop waiting for a read_only call (a barge-in); advice only for a side_effect one."""
+        self._apply(self.core.cancel_tool(request_id, self.clock.now(), reason))
+
+    async def end(self, reason: str = "call_ended", usage: SessionUsage | None = None) -> None:
+        """End the call: write what is queued, ``session.usage`` and ``session.end``, then close,
+        all bounded by the close timeout."""
+        self._apply(self.core.end_call(reason, self.clock.now(), usage))
+        ws = self._ws
+        if ws is not None and self.core.state is EngineState.ENDING:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._real(self.settings.close_timeout)):
+                    while not self.core.finished and self.core.state is EngineState.ENDING:
+                        self._changed.clear()
+                        await self._changed.wait()
+            await self._close_ws(ws, 1000, reason)
+        await self.close()
+
+    async def close(self) -> None:
+        """Stop everything now (no ``session.end``); the call goes on without the agent."""
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            runner.cancel()
+            await asyncio.gather(runner, return_exceptions=True)
+        if self._ws is not None:
+            self._ws.transport.abort()
+        self._apply(self.core.end_call("call_ended", self.clock.now()))
+        self._notices.put_nowait(None)
+
+    async def __aenter__(self) -> EngineLink:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- connections ----------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                ws = await self._connect()
+                if ws is not None:
+                    await self._serve(ws)
+                if self.core.state is not EngineState.DOWN or self._retry_at is None:
+                    break
+                await self.clock.sleep(self._retry_at - self.clock.now())
+                self._retry_at = None
+        except Exception:
+            log.exception("agent %s: the link failed", self.target.url.redacted)
+            self._apply(self.core.end_call("call_ended", self.clock.now()))
+            self._notices.put_nowait(None)
+        finally:
+            self._changed.set()
+
+    async def _connect(self) -> ClientConnection | None:
+        url = self.target.url
+        headers = {"Authorization": f"Bearer {self.target.token}"} if self.target.token else {}
+        tls: dict[str, Any] = {"ssl": self._ssl or True} if url.scheme == "wss" else {}
+        try:
+            async with asyncio.timeout(self._real(self.settings.connect_timeout)):
+                ws = await connect(
+                    url.url,
+                    additional_headers=headers,
+                    **tls,
+                    compression=None,
+                    max_size=MAX_MESSAGE_BYTES,
+                    ping_interval=None,
+                    close_timeout=self._real(self.settings.close_timeout),
+                    open_timeout=None,
+                    proxy=None,
+                    logger=websockets_logger(f"{__name__}.websockets"),
+                )
+        except (OSError, TimeoutError, InvalidHandshake, InvalidURI) as exc:
+            reason = _describe(exc)
+            log.warning("agent %s: connect failed: %s", url.redacted, reason)
+            self._apply(self.core.connect_failed(self.clock.now(), reason))
+            return None
+        self._ws = ws
+        self._apply(self.core.connected(self.clock.now()))
+        return ws
+
+    async def _serve(self, ws: ClientConnection) -> None:
+        """Run one connection to its end: a writer and a timer beside this reader."""
+        link = self.core.link
+        writer = self._spawn(self._write(ws, link))
+        timer = self._spawn(self._timer(link))
+        reason = "closed"
+        try:
+            async for raw in ws:
+                now = self.clock.now()
+                if isinstance(raw, str):
+                    self._apply(self.core.receive_text(raw, now))
+                else:
+                    self._apply(self.core.receive_binary(raw, now))
+        except ConnectionClosed as exc:
+            reason = str(exc)
+        finally:
+            writer.cancel()
+            timer.cancel()
+            for task in list(self._link_tasks):
+                task.cancel()
+            if self.core.link == link:
+                self._apply(self.core.connection_lost(self.clock.now(), reason))
+            self._ws = None
+
+    async def _write(self, ws: ClientConnection, link: int) -> None:
+        while True:
+            await self._writable.wait()
+            self._writable.clear()
+            while self.core.link == link and (data := self.core.next_write(self.clock.now())):
+                try:
+                    async with asyncio.timeout(self._real(self.settings.write_timeout)):
+                        await ws.send(data.decode())
+                except TimeoutError:
+                    log.warning("agent %s: a write timed out", self.target.url.redacted)
+                    self._apply(self.core.connection_lost(self.clock.now(), "a write timed out"))
+                    ws.transport.abort()
+                    return
+                except ConnectionClosed:
+                    return
+                self._changed.set()
+
+    async def _timer(self, link: int) -> None:
+        while self.core.link == link:
+            deadline = self.core.next_deadline()
+            with contextlib.suppress(TimeoutError):
+                wait = None if deadline is None else self._real(deadline - self.clock.now())
+                async with asyncio.timeout(wait):
+                    await self._tick.wait()
+            self._apply(self.core.tick(self.clock.now()))
+            self._tick.clear()  # after: the loop reads the deadline again anyway
+
+    async def _ping(self, ws: ClientConnection) -> None:
+        try:
+            async with asyncio.timeout(self._real(self.settings.write_timeout)):
+                pong = await ws.ping()
+            self.pings += 1
+            await pong
+        except (ConnectionClosed, TimeoutError):
+            return
+        self.pongs += 1
+        self._apply(self.core.pong(self.clock.now()))
+
+    # -- the core's outputs ---------------------------------------------------------------------
+
+    def _apply(self, outputs: list[EngineOutput]) -> None:
+        for out in outputs:
+            if isinstance(out, Close):
+                if self._ws is not None:
+                    self._spawn(self._close_ws(self._ws, out.code, out.reason))
+            elif isinstance(out, SendPing):
+                if self._ws is not None:
+                    self._spawn(self._ping(self._ws))
+            elif isinstance(out, CommandReceived):
+                self._command(out)
+            elif isinstance(out, ToolFinished):
+                future = self._tools.pop(out.request_id, None)
+                if future is not None and not future.done():
+                    future.set_result(out)
+            elif isinstance(out, ToolCallQueued):
+                pass  # the caller holds its PendingTool
+            elif isinstance(out, Ignored):
+                log.debug("agent %s: ignored %s", self.target.url.redacted, out.what)
+            elif isinstance(out, BadMessage):
+                log.warning("agent %s: %s", self.target.url.redacted, out.error)
+            else:
+                self._notice(out)
+        if self.core.has_output:
+            self._writable.set()
+        self._tick.set()
+        self._changed.set()
+
+    def _notice(self, out: ToolOverdue | AgentAccepted | HandshakeFailed | LinkDown) -> None:
+        where = self.target.url.redacted
+        if isinstance(out, AgentAccepted):
+            if out.resumed:
+                self.reconnects += 1
+            for problem in out.problems:
+                log.warning("agent %s: handshake problem: %s", where, problem)
+            log.info("agent %s: %s", where, "resumed" if out.resumed else "accepted the call")
+        elif isinstance(out, HandshakeFailed):
+            log.warning("agent %s: handshake failed: %s", where, out.reason)
+        elif isinstance(out, LinkDown):
+            if out.reconnect_in is None:
+                log.warning(
+                    "agent %s: link down (%s); the call goes on without it", where, out.reason
+                )
+            else:
+                log.warning(
+                    "agent %s: link down (%s); reconnecting in %.0f ms",
+                    where,
+                    out.reason,
+                    out.reconnect_in * 1000,
+                )
+                self._retry_at = self.clock.now() + out.reconnect_in
+        if not isinstance(out, AgentAccepted) or out.resumed:  # start() reports the first
+            self._notices.put_nowait(out)
+        if self.gone:
+            self._notices.put_nowait(None)
+
+    def _command(self, received: CommandReceived) -> None:
+        if self._notices.qsize() >= _COMMAND_QUEUE:
+            self._apply(
+                self.core.answer(
+                    received, error=(ErrorCode.QUEUE_FULL, "the call's input queue is full")
+                )
+            )
+            return
+        self._notices.put_nowait(received)
+
+    # -- plumbing -------------------------------------------------------------------------------
+
+    async def _close_ws(self, ws: ClientConnection, code: int, reason: str) -> None:
+        try:
+            async with asyncio.timeout(self._real(self.settings.close_timeout)):
+                await ws.close(code, reason)
+        except TimeoutError:
+            ws.transport.abort()
+
+    def _real(self, seconds: float) -> float:
+        return self.clock.real_seconds(max(0.0, seconds))
+
+    def _spawn(self, coro: Awaitable[None]) -> asyncio.Task[None]:
+        task: asyncio.Task[None] = asyncio.ensure_future(coro)
+        self._link_tasks.add(task)
+        task.add_done_callback(self._link_tasks.discard)
+        return task
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    return str(exc) or type(exc).__name__

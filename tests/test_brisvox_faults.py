@@ -1,0 +1,258 @@
+"""Faults on the link, injected by a loopback TCP proxy, and a 200-call load run."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from typing import Any
+
+from websockets.asyncio.server import ServerConnection, serve
+
+from tests.faultproxy import FaultProxy
+from tests.peers.raw import DEADLINE, aio
+from voxwire import brisvox
+from voxwire.brisvox.agent import (
+    AgentServer,
+    AgentSession,
+    EventsDropped,
+    Resumed,
+    SessionClosed,
+    Tool,
+    ToolContext,
+)
+from voxwire.brisvox.core import AgentAccepted, HandshakeFailed, LinkDown, LinkSettings, ToolOutcome
+from voxwire.brisvox.engine import AgentTarget, EngineLink
+from voxwire.brisvox.testing import AgentCall
+from voxwire.clock import ScaledClock
+from voxwire.hosts import check_url
+
+
+class Seen:
+    """An agent that records every event and answers 'hours'."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.events: list[Any] = []
+        self.delay = delay
+
+    async def __call__(self, session: AgentSession) -> None:
+        async for event in session:
+            self.events.append(event)
+            if self.delay:
+                await asyncio.sleep(self.delay)
+            if isinstance(event, brisvox.UserText) and "hours" in event.text:
+                with contextlib.suppress(SessionClosed):  # a link lost under the command
+                    await session.say("We open at noon.")
+
+    def texts(self) -> list[str]:
+        return [e.text for e in self.events if isinstance(e, brisvox.UserText)]
+
+
+async def _until(predicate: Any) -> None:
+    async with asyncio.timeout(DEADLINE):
+        while not predicate():
+            await asyncio.sleep(0.005)
+
+
+def _resumed(call: AgentCall) -> bool:
+    return any(isinstance(n, AgentAccepted) and n.resumed for n in call.notices)
+
+
+@aio
+async def test_silence_is_detected_and_the_resumption_takes_over_the_half_open_link() -> None:
+    seen = Seen()
+    async with (
+        AgentServer(seen, token=None, resume=True) as server,
+        FaultProxy(server.port) as proxy,
+        AgentCall.open(proxy.url, clock=ScaledClock(100)) as call,
+    ):
+        call.user_says("before")
+        await _until(lambda: seen.texts() == ["before"])
+        proxy.blackhole()  # no FIN: the agent still holds its link, half-open
+        await _until(lambda: _resumed(call))  # 30 s of silence pass in 0.3 s
+        [down] = [n for n in call.notices if isinstance(n, LinkDown)]
+        assert down.reason == "nothing heard for 30 s" and down.reconnect_in is not None
+        call.user_says("what are your hours")
+        say = await call.expect(brisvox.Say)
+        assert say.text == "We open at noon."
+        await _until(lambda: any(isinstance(e, Resumed) for e in seen.events))
+        assert seen.texts() == ["before", "what are your hours"]
+        assert proxy.connections == 2 and server.calls == 1
+
+
+@aio
+async def test_after_a_reset_nothing_is_delivered_twice_or_late() -> None:
+    seen = Seen()
+    async with (
+        AgentServer(seen, token=None, resume=True) as server,
+        FaultProxy(server.port) as proxy,
+        AgentCall.open(proxy.url) as call,
+    ):
+        call.user_says("first")
+        await _until(lambda: seen.texts() == ["first"])
+        proxy.reset()
+        await _until(lambda: any(isinstance(n, LinkDown) for n in call.notices))
+        call.user_says("said while the link was down")  # 4 events, never delivered
+        await _until(lambda: _resumed(call))
+        call.user_says("after")
+        await _until(lambda: seen.texts() == ["first", "after"])
+        lost = [e for e in seen.events if isinstance(e, brisvox.EventsLost)]
+        assert [e.count for e in lost] == [4]
+        seqs = [e.seq for e in seen.events if hasattr(e, "seq") and e.seq]
+        assert seqs == sorted(set(seqs))  # increasing: nothing twice
+        resumed = next(e for e in seen.events if isinstance(e, Resumed))
+        assert resumed.previous_seq >= resumed.seen_seq
+
+
+@aio
+async def test_a_truncated_frame_drops_the_link_and_it_is_reopened() -> None:
+    seen = Seen()
+    async with (
+        AgentServer(seen, token=None, resume=True) as server,
+        FaultProxy(server.port) as proxy,
+        AgentCall.open(proxy.url) as call,
+    ):
+        proxy.truncate(3)
+        call.user_says("what are your hours")  # the say toward the engine is cut mid-frame
+        await _until(lambda: _resumed(call))
+        assert any(isinstance(n, LinkDown) for n in call.notices)
+        call.user_says("hours again?")
+        assert (await call.expect(brisvox.Say)).text == "We open at noon."
+
+
+@aio
+async def test_a_delayed_agent_misses_the_handshake_timeout() -> None:
+    async with AgentServer(Seen(), token=None) as server, FaultProxy(server.port) as proxy:
+        proxy.delay = 0.3
+        link = EngineLink(
+            AgentTarget(check_url(proxy.url)),
+            session_id="slow",
+            agent="a",
+            clock=ScaledClock(20),
+            settings=LinkSettings(connect_timeout=20.0),
+        )
+        assert not await link.start()  # 2 s of handshake pass in 0.1 s
+        notice = await link.next_notice()
+        assert isinstance(notice, HandshakeFailed) and "handshake timeout" in notice.reason
+        await link.close()
+
+
+@aio
+async def test_a_blackholed_connect_times_out() -> None:
+    async with AgentServer(Seen(), token=None) as server, FaultProxy(server.port) as proxy:
+        proxy.delay = 5.0  # the upgrade never completes in time
+        link = EngineLink(
+            AgentTarget(check_url(proxy.url)), session_id="bh", agent="a", clock=ScaledClock(20)
+        )
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        assert not await link.start()
+        assert loop.time() - began < 1.0
+        notice = await link.next_notice()
+        assert isinstance(notice, HandshakeFailed) and "connect failed: timed out" in notice.reason
+        await link.close()
+
+
+@aio
+async def test_a_slow_agent_loses_events_counted_and_the_call_never_stalls() -> None:
+    seen = Seen(delay=0.02)
+
+    async def quick(ctx: ToolContext) -> object:
+        return "ok"
+
+    tool = Tool(
+        brisvox.ToolDeclaration(
+            name="quick", description="Quick.", parameters={}, kind=brisvox.ToolKind.READ_ONLY
+        ),
+        quick,
+    )
+    async with (
+        AgentServer(seen, token=None, tools=[tool], event_queue=8) as server,
+        FaultProxy(server.port) as proxy,
+        AgentCall.open(proxy.url) as call,
+    ):
+        loop = asyncio.get_running_loop()
+        for n in range(300):
+            call.event(brisvox.BotText(seq=0, t_ms=0, epoch=1, text=f"delta {n}"))
+        began = loop.time()
+        finished = await call.tool("quick")
+        assert finished.outcome is ToolOutcome.RESULT and loop.time() - began < 0.5
+        await _until(lambda: any(isinstance(e, EventsDropped) for e in seen.events))
+        dropped = sum(e.count for e in seen.events if isinstance(e, EventsDropped))
+        assert dropped > 0 and call.link.up
+        assert not any(isinstance(n, LinkDown) for n in call.notices)
+
+
+@aio
+async def test_a_65537_byte_message_from_the_agent_closes_the_link() -> None:
+    async def oversized(ws: ServerConnection) -> None:
+        await ws.recv()
+        await ws.send(json.dumps({"type": "session.accept", "version": 1, "tools": []}))
+        await ws.send(json.dumps({"type": "say", "text": "x" * (65537 - 26)}))
+        await ws.wait_closed()
+
+    async with serve(oversized, "127.0.0.1", 0, compression=None) as server:
+        port = server.sockets[0].getsockname()[1]
+        link = EngineLink(
+            AgentTarget(check_url(f"ws://127.0.0.1:{port}")), session_id="1", agent="a"
+        )
+        assert await link.start()
+        await _until(lambda: link.gone)
+        down = [n async for n in link if isinstance(n, LinkDown)]
+        assert "1009 (message too big)" in down[0].reason
+        await link.close()
+
+
+# -- load --------------------------------------------------------------------------------------------
+
+CALLS = 200
+
+
+@aio
+async def test_200_concurrent_calls_with_every_ping_answered() -> None:
+    seen = Seen()
+
+    async def quick(ctx: ToolContext) -> object:
+        return ctx.call.arguments
+
+    tool = Tool(
+        brisvox.ToolDeclaration(
+            name="quick", description="Quick.", parameters={}, kind=brisvox.ToolKind.READ_ONLY
+        ),
+        quick,
+    )
+    clock = ScaledClock(20)  # a ping every 0.5 s of real time
+    real_2_s = LinkSettings(connect_timeout=40.0, handshake_timeout=40.0)  # 2 s each, real time
+    async with AgentServer(seen, token="load", tools=[tool], max_calls=CALLS) as server:
+        links = [
+            EngineLink(
+                AgentTarget(check_url(server.url), "load"),
+                session_id=f"load-{n}",
+                agent="a",
+                clock=clock,
+                settings=real_2_s,
+            )
+            for n in range(CALLS)
+        ]
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        assert all(await asyncio.gather(*(link.start() for link in links)))
+        handshakes = loop.time() - began
+
+        async def play(link: EngineLink, n: int) -> ToolOutcome:
+            for turn in range(3):
+                link.send_event(brisvox.UserText(seq=0, t_ms=0, epoch=turn, text=f"call {n}"))
+                await asyncio.sleep(0.5)
+            return (await link.call_tool("quick", {"n": n}, call_id=f"t{n}", epoch=3)).outcome
+
+        outcomes = await asyncio.gather(*(play(link, n) for n, link in enumerate(links)))
+        assert set(outcomes) == {ToolOutcome.RESULT}
+        await asyncio.sleep(0.6)
+        for link in links:
+            assert link.up and link.pings >= 3 and link.pongs >= link.pings - 1
+        await asyncio.gather(*(link.end("hangup") for link in links))
+        total = loop.time() - began
+        await _until(lambda: sum(isinstance(e, brisvox.SessionEnd) for e in seen.events) == CALLS)
+    assert len([e for e in seen.events if isinstance(e, brisvox.UserText)]) == 3 * CALLS
+    assert total < 15.0, f"{CALLS} calls took {total:.1f} s (handshakes {handshakes:.2f} s)"
+    print(f"\n{CALLS} calls: handshakes {handshakes:.2f} s, whole run {total:.2f} s")
