@@ -37,6 +37,9 @@ from msgspec import UNSET
 from voxwire._codec import UnknownMessage
 from voxwire.brisvox.codec import decode, encode
 from voxwire.brisvox.constants import (
+    CLOSE_TIMEOUT_MS,
+    CONNECT_TIMEOUT_MS,
+    ENGINE_EVENT_QUEUE,
     HANDSHAKE_TIMEOUT_MS,
     MAX_WAITING_TOOL_CALLS,
     PING_INTERVAL_MS,
@@ -51,6 +54,7 @@ from voxwire.brisvox.constants import (
     SIDE_EFFECT_WAIT_MS,
     SILENCE_TIMEOUT_MS,
     SUPPORTED_VERSIONS,
+    WRITE_TIMEOUT_MS,
 )
 from voxwire.brisvox.errors import ErrorCode, ProtocolError
 from voxwire.brisvox.messages import (
@@ -643,14 +647,14 @@ class ResumeRegistry:
 class LinkSettings:
     """The engine side's bounds, in seconds (the document's defaults)."""
 
-    connect_timeout: float = 2.0
+    connect_timeout: float = _seconds(CONNECT_TIMEOUT_MS)
     handshake_timeout: float = _seconds(HANDSHAKE_TIMEOUT_MS)
     ping_interval: float = _seconds(PING_INTERVAL_MS)
     silence_timeout: float = _seconds(SILENCE_TIMEOUT_MS)
-    write_timeout: float = 2.0
-    close_timeout: float = 1.0
+    write_timeout: float = _seconds(WRITE_TIMEOUT_MS)
+    close_timeout: float = _seconds(CLOSE_TIMEOUT_MS)
     side_effect_wait: float = _seconds(SIDE_EFFECT_WAIT_MS)
-    event_queue: int = 256
+    event_queue: int = ENGINE_EVENT_QUEUE
     """Events waiting to be written; past it the newest are dropped and counted."""
     max_waiting_tools: int = MAX_WAITING_TOOL_CALLS
     reconnect_attempts: int = RECONNECT_ATTEMPTS

@@ -39,7 +39,13 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
 from voxwire.brisvox._logs import websockets_logger
 from voxwire.brisvox.constants import (
+    AGENT_ALLOW_INSECURE_ENV,
+    AGENT_CALLER_IDENTITY_ENV,
+    AGENT_RECONNECT_ATTEMPTS_ENV,
+    AGENT_RECONNECT_WINDOW_ENV,
+    AGENT_TLS_CA_ENV,
     AGENT_TOKEN_ENV,
+    AGENT_URL_ENV,
     CA_BUNDLE_MAX_BYTES,
     CA_BUNDLE_MAX_CERTIFICATES,
     MAX_MESSAGE_BYTES,
@@ -91,13 +97,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-ENV_URL: Final = "BRISVOX_AGENT_URL"
-ENV_TLS_CA: Final = "BRISVOX_AGENT_TLS_CA"
-ENV_ALLOW_INSECURE: Final = "BRISVOX_AGENT_ALLOW_INSECURE"
-ENV_RECONNECT_ATTEMPTS: Final = "BRISVOX_AGENT_RECONNECT_ATTEMPTS"
-ENV_RECONNECT_WINDOW_MS: Final = "BRISVOX_AGENT_RECONNECT_WINDOW_MS"
-ENV_CALLER_IDENTITY: Final = "BRISVOX_AGENT_CALLER_IDENTITY"
 
 _COMMAND_QUEUE: Final = 1024
 _SECTION_KEYS: Final = frozenset(
@@ -180,7 +179,7 @@ def load_config(
     _no_unknown_keys(section, _SECTION_KEYS, "[agent_link]")
     warned: set[str] = set()
 
-    url = _str_setting(section, "url", "[agent_link]") or env.get(ENV_URL) or None
+    url = _str_setting(section, "url", "[agent_link]") or env.get(AGENT_URL_ENV) or None
     default: AgentTarget | None = None
     if url is not None:
         token_env = _str_setting(section, "token_env", "[agent_link]")
@@ -190,9 +189,9 @@ def load_config(
         allow = _bool_setting(section, "allow_insecure", "[agent_link]")
         identity = _bool_setting(section, "caller_identity", "[agent_link]")
         default = AgentTarget(
-            _check(url, bool(allow) or _env_bool(env, ENV_ALLOW_INSECURE), "default", warned),
+            _check(url, bool(allow) or _env_bool(env, AGENT_ALLOW_INSECURE_ENV), "default", warned),
             token,
-            identity if identity is not None else _env_bool(env, ENV_CALLER_IDENTITY),
+            identity if identity is not None else _env_bool(env, AGENT_CALLER_IDENTITY_ENV),
         )
 
     routes: dict[str, AgentTarget] = {}
@@ -218,9 +217,9 @@ def load_config(
             name,
         )
 
-    attempts = _env_int(env, ENV_RECONNECT_ATTEMPTS, LinkSettings().reconnect_attempts, 0)
-    window_ms = _env_int(env, ENV_RECONNECT_WINDOW_MS, RECONNECT_WINDOW_MS, 1)
-    ca_path = env.get(ENV_TLS_CA)
+    attempts = _env_int(env, AGENT_RECONNECT_ATTEMPTS_ENV, LinkSettings().reconnect_attempts, 0)
+    window_ms = _env_int(env, AGENT_RECONNECT_WINDOW_ENV, RECONNECT_WINDOW_MS, 1)
+    ca_path = env.get(AGENT_TLS_CA_ENV)
     return AgentLinkConfig(
         default,
         routes,
@@ -236,7 +235,7 @@ def load_ca_bundle(path: str | Path) -> ssl_module.SSLContext:
     (OpenSSL would accept more); a missing, empty or malformed file raises
     :class:`CABundleError`.
     """
-    where = f"{ENV_TLS_CA} {path}"
+    where = f"{AGENT_TLS_CA_ENV} {path}"
     try:
         with open(path, "rb") as file:
             data = file.read(CA_BUNDLE_MAX_BYTES + 1)

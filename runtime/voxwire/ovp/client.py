@@ -1,0 +1,613 @@
+"""The OVP client over ``websockets``: :class:`OVPClient`.
+
+It connects to ``{base}/voice/ws/{session_id}?token=...`` offering the subprotocol
+``orbit-voice/1.0`` exactly, takes ``session.start``, then exchanges events and 20 ms audio frames
+with the gateway; a dropped link is reconnected and resumed within the 30 s window, the replayed
+events delivered exactly once and in order.
+
+```text
+client = OVPClient("wss://voice.example.com", session_id, token)
+client.on("transcript.final", lambda event: print(event.text))
+start = await client.connect()                    # session.start
+await client.stream_audio(pcm)                    # paced at 20 ms a frame
+await client.send(ovp.AgentInput, source=ovp.InputSource.DEVELOPER_INJECT, text="Hi")
+end = await client.run()                          # handlers until session.end
+```
+
+About the subprotocol: ``/`` is not a token character (RFC 6455 §4.1 and RFC 2616), so
+``orbit-voice/1.0`` is not a legal subprotocol name. ``websockets`` refuses to offer it
+(``validate_subprotocols`` in ``connect``) and to read it back (``parse_subprotocol``), and a
+browser's ``WebSocket`` constructor throws. OVP requires it all the same, so this client offers it
+through its own ``ClientProtocol`` subclass, passed in with ``connect(create_connection=...)``, the
+hook ``websockets`` documents for customising a connection; the subclass compares the server's
+answer to ``orbit-voice/1.0`` exactly. The workaround is verified for websockets 13 to 17
+(``VERIFIED_WEBSOCKETS``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Final, TypeVar
+from urllib.parse import quote
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.client import ClientProtocol
+from websockets.datastructures import Headers
+from websockets.exceptions import (
+    ConnectionClosed,
+    InvalidHandshake,
+    InvalidMessage,
+    InvalidStatus,
+    NegotiationError,
+)
+from websockets.typing import Subprotocol
+
+from voxwire.clock import SYSTEM_CLOCK, Clock
+from voxwire.hosts import check_url
+from voxwire.ovp import (
+    ENDPOINT_PATH,
+    FLAG_LAST_OF_UTTERANCE,
+    FRAME_MS,
+    NORMAL_CLOSE_CODE,
+    PCM_BYTES_PER_FRAME,
+    SUBPROTOCOL,
+    TOKEN_QUERY_PARAMETER,
+    AudioFrame,
+    ErrorCode,
+    Message,
+    ServerMessage,
+    SessionEnd,
+    SessionStart,
+)
+from voxwire.ovp._transport import (
+    MAX_FRAME_SIZE,
+    Inbox,
+    LinkWriter,
+    install_token_redaction,
+    redact_tokens,
+)
+from voxwire.ovp.core import (
+    AudioIn,
+    ClientCore,
+    ClientOutput,
+    Dropped,
+    Ignored,
+    Rejected,
+    Sent,
+    ServerEvent,
+    SessionOver,
+    SessionStateError,
+    check_session_id,
+)
+from voxwire.sansio import Close, SendBinary, SendText
+
+__all__ = [
+    "VERIFIED_WEBSOCKETS",
+    "EventHandler",
+    "HandshakeError",
+    "OVPClient",
+    "SessionFailed",
+    "TokenSource",
+]
+
+M = TypeVar("M", bound=Message)
+
+log = logging.getLogger(__name__)
+
+VERIFIED_WEBSOCKETS: Final = ((13, 0), (18, 0))
+"""The websockets versions (from inclusive, to exclusive) the subprotocol workaround is verified
+for; a test fails on any other."""
+
+TokenSource = str | Callable[[], Awaitable[str]]
+"""The session token, or a coroutine function that returns the token to use for each connection
+(a resume late in a call may need a fresh one)."""
+
+EventHandler = Callable[[Any], object]
+"""Called with each server event of its type; may return an awaitable, which is awaited."""
+
+_OFFERED: Final = [Subprotocol(SUBPROTOCOL)]
+_FRAME_S: Final = FRAME_MS / 1000
+_RECONNECT_FIRST_S: Final = 0.05
+_RECONNECT_MAX_S: Final = 2.0
+
+
+class HandshakeError(Exception):
+    """The gateway refused or botched the WebSocket upgrade; the text never holds the token.
+
+    Attributes:
+        status: The HTTP status of the answer (101 when the upgrade succeeded but the
+            subprotocol did not), or ``None``.
+        code: ``OVP_SUBPROTOCOL_MISMATCH`` when the gateway said so or did not echo the
+            subprotocol, else ``None``.
+    """
+
+    def __init__(self, message: str, *, status: int | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+
+class SessionFailed(Exception):
+    """The session ended without ``session.end``: refused, expired, or broken.
+
+    Attributes:
+        code: The OVP error code (``OVP_AUTH_FAILED``, ``OVP_RESUME_EXPIRED``, ...), or ``None``.
+        detail: What happened.
+    """
+
+    def __init__(self, code: str | None, detail: str) -> None:
+        super().__init__(f"{code}: {detail}" if code else detail)
+        self.code = code
+        self.detail = detail
+
+
+class _Protocol(ClientProtocol):
+    """Requires the server to select exactly ``orbit-voice/1.0``."""
+
+    def process_subprotocol(self, headers: Headers) -> Subprotocol | None:
+        selected = headers.get_all("Sec-WebSocket-Protocol")
+        if selected != [SUBPROTOCOL]:
+            shown = ", ".join(selected) if selected else "no subprotocol"
+            raise NegotiationError(f"the gateway selected {shown}, not {SUBPROTOCOL}")
+        return _OFFERED[0]
+
+
+class _Connection(ClientConnection):
+    """A connection that offers ``orbit-voice/1.0`` verbatim (websockets refuses the ``/``)."""
+
+    def __init__(self, protocol: ClientProtocol, **kwargs: Any) -> None:
+        # The URI the factory parsed: ``uri`` since websockets 15, ``wsuri`` before.
+        uri = getattr(protocol, "uri", None) or protocol.wsuri  # type: ignore[attr-defined]
+        ovp_protocol = _Protocol(
+            uri, subprotocols=_OFFERED, max_size=MAX_FRAME_SIZE, logger=protocol.logger
+        )
+        super().__init__(ovp_protocol, **kwargs)
+
+
+class OVPClient:
+    """An OVP client for one session.
+
+    Args:
+        base_url: ``wss://host[:port]`` of the gateway (``ws://`` only to a loopback or private
+            host, unless ``allow_insecure``); the endpoint path and the token are appended.
+        session_id: The session, as issued with the token.
+        token: The session token, or a coroutine function returning one per connection.
+        allow_insecure: Accept ``ws://`` to a public host (the token travels in clear).
+        clock: The clock of every timer (resume window, pacing, reconnect backoff).
+        ssl: An ``ssl.SSLContext`` for ``wss://`` (the default verifies the server).
+        open_timeout: Seconds to open a connection and, on the first, to get session.start.
+        write_timeout: Seconds a write may take before the link counts as dropped.
+        keepalive: Seconds between pings; a pong missing as long again drops the link.
+        max_events: Server events held for the application before new ones are lost (counted).
+        max_audio: Server frames held for :meth:`audio` before new ones are lost (counted).
+        audio_buffer: Frames :meth:`stream_audio` queues ahead of the paced sender.
+
+    Attributes:
+        rejected: Bad server events and frames dropped (each logged at WARNING).
+        ignored: Replayed duplicates and events of unknown types dropped (logged at DEBUG).
+        reconnects: Connections that resumed the session.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        session_id: str,
+        token: TokenSource,
+        *,
+        allow_insecure: bool = False,
+        clock: Clock = SYSTEM_CLOCK,
+        ssl: Any = None,
+        open_timeout: float = 10.0,
+        write_timeout: float = 10.0,
+        keepalive: float = 10.0,
+        max_events: int = 4096,
+        max_audio: int = 500,
+        audio_buffer: int = 50,
+    ) -> None:
+        self._checked = check_url(base_url, allow_insecure=allow_insecure)
+        if "?" in base_url or "#" in base_url:
+            raise ValueError(f"{self._checked.redacted}: the base URL takes no query or fragment")
+        if self._checked.warning:
+            log.warning("%s: %s", self._checked.redacted, self._checked.warning)
+        self.session_id = check_session_id(session_id)
+        self._base = base_url.rstrip("/")
+        self._token = token
+        self._clock = clock
+        self._ssl = ssl
+        self._open_timeout = open_timeout
+        self._write_timeout = write_timeout
+        self._keepalive = keepalive
+        self._core = ClientCore(session_id, epoch=time.time() - clock.now())
+        self._events: Inbox[ServerMessage] = Inbox(max_events)
+        self._audio: Inbox[AudioFrame] = Inbox(max_audio)
+        self._pcm: asyncio.Queue[tuple[bytes, int]] = asyncio.Queue(audio_buffer)
+        self._handlers: dict[str, list[EventHandler]] = {}
+        self._writer: LinkWriter | None = None
+        self._runner: asyncio.Task[None] | None = None
+        self._pacer: asyncio.Task[None] | None = None
+        self._changed = asyncio.Event()
+        self._resume_by = 0.0
+        self._hung_up = False
+        self.rejected = 0
+        self.ignored = 0
+        self.reconnects = 0
+        install_token_redaction()
+
+    def __repr__(self) -> str:
+        return f"OVPClient({self._checked.redacted}, session_id={self.session_id!r})"
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def session_start(self) -> SessionStart | None:
+        """The session's ``session.start``, once received."""
+        return self._core.session_start
+
+    @property
+    def session_end(self) -> SessionEnd | None:
+        """The session's ``session.end``, once received."""
+        return self._core.over.end if self._core.over else None
+
+    @property
+    def over(self) -> SessionOver | None:
+        """How the session ended, once it did."""
+        return self._core.over
+
+    @property
+    def connected(self) -> bool:
+        """Whether a link to the gateway is up now (``False`` while a drop is being resumed)."""
+        return self._core.linked
+
+    @property
+    def last_server_seq(self) -> int | None:
+        """The seq of the last server event processed."""
+        return self._core.last_server_seq
+
+    @property
+    def events_lost(self) -> int:
+        """Server events dropped because the application did not keep up."""
+        return self._events.lost
+
+    @property
+    def audio_lost(self) -> int:
+        """Server frames dropped because the application did not read :meth:`audio`."""
+        return self._audio.lost
+
+    # ------------------------------------------------------------------ connecting
+
+    async def connect(self) -> SessionStart:
+        """Open the connection and wait for ``session.start``.
+
+        Raises :class:`HandshakeError` (refused upgrade, subprotocol not echoed),
+        :class:`SessionFailed` (``OVP_AUTH_FAILED``, no session.start in time), ``OSError``.
+        """
+        if self._runner is not None:
+            raise SessionStateError("connect() was already called")
+        ws = await self._open()
+        self._attach(ws)
+        self._runner = asyncio.create_task(self._run(ws))
+        try:
+            async with asyncio.timeout(self._clock.real_seconds(self._open_timeout)):
+                while self._core.session_start is None and self._core.over is None:
+                    await self._wait_change()
+        except TimeoutError:
+            await self.close()
+            raise SessionFailed(None, "no session.start in time") from None
+        start = self._core.session_start
+        if start is None:
+            raise self._failure()
+        return start
+
+    async def close(self) -> None:
+        """Hang up: close with 1000 (the gateway keeps the session for a resume 30 s)."""
+        self._hung_up = self._hung_up or self._core.over is None
+        self._perform(self._core.close())
+        if self._runner is not None:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._clock.real_seconds(self._write_timeout)):
+                    await asyncio.shield(self._runner)
+            self._runner.cancel()
+            await asyncio.gather(self._runner, return_exceptions=True)
+        await self._stop_pacer()
+
+    async def __aenter__(self) -> OVPClient:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------------ events
+
+    def on(self, event_type: str, handler: EventHandler) -> None:
+        """Call ``handler`` with every server event of ``event_type`` (``"*"``: every event).
+
+        Handlers run in order as the events are consumed, by :meth:`run` or by iterating the
+        client.
+        """
+        self._handlers.setdefault(event_type, []).append(handler)
+
+    def __aiter__(self) -> OVPClient:
+        return self
+
+    async def __anext__(self) -> ServerMessage:
+        """The next server event, after its handlers ran; ends after session.end.
+
+        Raises :class:`SessionFailed` at the end of a session that failed.
+        """
+        try:
+            message = await self._events.get()
+        except StopAsyncIteration:
+            over = self._core.over
+            if over is not None and over.end is None and not self._hung_up:
+                raise self._failure() from None
+            raise
+        for handler in (*self._handlers.get(message.type, ()), *self._handlers.get("*", ())):
+            result = handler(message)
+            if inspect.isawaitable(result):
+                await result
+        return message
+
+    async def run(self) -> SessionEnd | None:
+        """Consume every event through the handlers until the session is over.
+
+        Returns ``session.end`` (``None`` if the client closed first); raises
+        :class:`SessionFailed` for a session that failed.
+        """
+        async for _ in self:
+            pass
+        return self.session_end
+
+    async def audio(self) -> AsyncIterator[AudioFrame]:
+        """The gateway's audio frames in order, until the session is over."""
+        while True:
+            try:
+                yield await self._audio.get()
+            except StopAsyncIteration:
+                return
+
+    async def send(self, kind: type[M], /, **fields: Any) -> M:
+        """Send one client event built from ``fields``; seq, ts and session_id are stamped here.
+
+        Waits while a dropped link is being resumed. Raises :class:`SessionFailed` once the
+        session is over, ``TypeError`` for a wrong type or field, and
+        :class:`~voxwire.ovp.ProtocolError` for a value the spec refuses.
+        """
+        while not self._core.live:
+            if self._core.over is not None:
+                raise self._failure()
+            await self._wait_change()
+        out = self._core.send(kind, fields, self._clock.now())
+        self._perform(out)
+        sent = out[0]
+        if not isinstance(sent, Sent):
+            raise self._failure()
+        assert isinstance(sent.message, kind)
+        return sent.message
+
+    # ------------------------------------------------------------------ audio
+
+    def send_audio(
+        self,
+        pcm: bytes | bytearray | memoryview,
+        *,
+        flags: int = 0,
+        rtp_timestamp: int | None = None,
+    ) -> bool:
+        """Send one frame (640 bytes of PCM) now; ``False`` when the link is down (lost)."""
+        out = self._core.send_audio(
+            pcm, self._clock.now(), flags=flags, rtp_timestamp=rtp_timestamp
+        )
+        self._perform(out)
+        return bool(out)
+
+    async def stream_audio(
+        self, pcm: bytes | bytearray | memoryview, *, last_of_utterance: bool = True
+    ) -> None:
+        """Queue PCM of any length for the paced sender, one frame every 20 ms.
+
+        The last frame is padded with silence (and flagged ``last_of_utterance``). Waits while the
+        bounded queue is full; :meth:`drain_audio` waits until all was sent.
+        """
+        view = memoryview(pcm).cast("B")
+        if self._pacer is None:
+            self._pacer = asyncio.create_task(self._pace())
+        for offset in range(0, len(view), PCM_BYTES_PER_FRAME):
+            chunk = bytes(view[offset : offset + PCM_BYTES_PER_FRAME])
+            last = offset + PCM_BYTES_PER_FRAME >= len(view)
+            flags = FLAG_LAST_OF_UTTERANCE if last and last_of_utterance else 0
+            await self._pcm.put((chunk.ljust(PCM_BYTES_PER_FRAME, b"\0"), flags))
+
+    async def drain_audio(self) -> None:
+        """Wait until every queued frame was sent (or dropped with the session)."""
+        await self._pcm.join()
+
+    async def _pace(self) -> None:
+        clock = self._clock
+        next_at = clock.now()
+        while True:
+            chunk, flags = await self._pcm.get()
+            try:
+                while self._core.session_start is None and self._core.over is None:
+                    await self._wait_change()
+                now = clock.now()
+                if now - next_at > 3 * _FRAME_S:  # idle or stalled: restart the schedule
+                    next_at = now
+                elif next_at > now:
+                    await clock.sleep(next_at - now)
+                next_at += _FRAME_S
+                if self._core.over is None:
+                    self.send_audio(chunk, flags=flags)
+            finally:
+                self._pcm.task_done()
+
+    async def _stop_pacer(self) -> None:
+        if self._pacer is not None:
+            self._pacer.cancel()
+            await asyncio.gather(self._pacer, return_exceptions=True)
+            while not self._pcm.empty():
+                self._pcm.get_nowait()
+                self._pcm.task_done()
+
+    # ------------------------------------------------------------------ adapter
+
+    async def _open(self) -> ClientConnection:
+        token = self._token if isinstance(self._token, str) else await self._token()
+        path = ENDPOINT_PATH.format(session_id=self.session_id)
+        url = f"{self._base}{path}?{TOKEN_QUERY_PARAMETER}={quote(token, safe='')}"
+        keepalive = self._clock.real_seconds(self._keepalive)
+        options: dict[str, Any] = {} if self._ssl is None else {"ssl": self._ssl}
+        failure: Exception
+        try:
+            return await connect(
+                url,
+                create_connection=_Connection,
+                compression=None,
+                max_size=MAX_FRAME_SIZE,
+                open_timeout=self._clock.real_seconds(self._open_timeout),
+                ping_interval=keepalive,
+                ping_timeout=keepalive,
+                close_timeout=self._clock.real_seconds(self._write_timeout),
+                **options,
+            )
+        except InvalidStatus as exc:
+            failure = _refusal(exc)
+        except NegotiationError as exc:
+            failure = HandshakeError(
+                f"{self._checked.redacted}: {exc}",
+                status=101,
+                code=ErrorCode.OVP_SUBPROTOCOL_MISMATCH,
+            )
+        except InvalidMessage as exc:
+            failure = ConnectionError(f"{self._checked.redacted}: {redact_tokens(str(exc))}")
+        except InvalidHandshake as exc:
+            failure = HandshakeError(f"{self._checked.redacted}: {redact_tokens(str(exc))}")
+        except OSError as exc:
+            failure = ConnectionError(f"{self._checked.redacted}: {exc.strerror or exc}")
+        raise failure  # outside the except clauses: no context holding the URL is chained
+
+    def _attach(self, ws: ClientConnection) -> None:
+        self._writer = LinkWriter(ws, self._clock, write_timeout=self._write_timeout)
+        self._perform(self._core.connected(self._clock.now()))
+        self._notify()
+
+    async def _run(self, ws: ClientConnection) -> None:
+        """Read the link; on a drop reconnect and resume, until the session is over."""
+        core, clock = self._core, self._clock
+        try:
+            while True:
+                await self._read(ws)
+                self._perform(core.link_lost(clock.now()))
+                if core.over is not None:
+                    return
+                self._notify()
+                reconnected = await self._reconnect()
+                if reconnected is None:
+                    self._perform(core.give_up("no connection resumed the session in time"))
+                    return
+                if core.over is not None:  # closed by the application meanwhile
+                    await reconnected.close()
+                    return
+                ws = reconnected
+                self.reconnects += 1
+                self._attach(ws)
+        finally:
+            self._events.close()
+            self._audio.close()
+            self._notify()
+
+    async def _read(self, ws: ClientConnection) -> None:
+        core, clock = self._core, self._clock
+        try:
+            async for data in ws:
+                if isinstance(data, str):
+                    self._perform(core.receive_text(data, clock.now()))
+                else:
+                    self._perform(core.receive_binary(data, clock.now()))
+        except ConnectionClosed:
+            pass
+        finally:
+            if self._writer is not None:  # finish the writes, then the closing handshake
+                self._writer.post(Close(NORMAL_CLOSE_CODE))
+                await self._writer.wait_done()
+
+    async def _reconnect(self) -> ClientConnection | None:
+        clock = self._clock
+        resume_by = self._resume_by
+        delay = _RECONNECT_FIRST_S
+        while self._core.over is None and (left := resume_by - clock.now()) > 0:
+            try:
+                async with asyncio.timeout(clock.real_seconds(min(left, self._open_timeout))):
+                    return await self._open()
+            except (ConnectionError, TimeoutError) as exc:
+                reason = str(exc) or type(exc).__name__
+                log.info("session %s: reconnect failed: %s", self.session_id, reason)
+            except HandshakeError as exc:
+                log.warning("session %s: reconnect refused: %s", self.session_id, exc)
+                return None
+            await clock.sleep(min(delay, max(0.0, resume_by - clock.now())))
+            delay = min(2 * delay, _RECONNECT_MAX_S)
+        return None
+
+    def _perform(self, out: list[ClientOutput]) -> None:
+        for item in out:
+            if isinstance(item, SendText | SendBinary | Close):
+                if self._writer is not None:
+                    self._writer.post(item)
+            elif isinstance(item, ServerEvent):
+                if not self._events.put(item.message):
+                    log.warning(
+                        "session %s: %s lost: the application is not keeping up",
+                        self.session_id,
+                        item.message.type,
+                    )
+                if isinstance(item.message, SessionStart):
+                    self._notify()
+            elif isinstance(item, AudioIn):
+                self._audio.put(item.frame)
+            elif isinstance(item, Rejected):
+                self.rejected += 1
+                log.warning(
+                    "session %s: dropped a bad server message: %s", self.session_id, item.error
+                )
+            elif isinstance(item, Ignored):
+                self.ignored += 1
+                log.debug("session %s: ignored %s", self.session_id, item.what)
+            elif isinstance(item, Dropped):
+                self._resume_by = item.resume_by
+                log.info("session %s: link dropped, resuming", self.session_id)
+            elif isinstance(item, SessionOver):
+                log.info("session %s is over: %s", self.session_id, item.detail)
+                self._notify()
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def _wait_change(self) -> None:
+        await self._changed.wait()
+
+    def _failure(self) -> SessionFailed:
+        over = self._core.over
+        if over is None:
+            return SessionFailed(None, "the session has not started")
+        return SessionFailed(over.code, over.detail)
+
+
+def _refusal(exc: InvalidStatus) -> HandshakeError:
+    """The HTTP answer that refused the upgrade, with the OVP code its JSON body names."""
+    response = exc.response
+    code: str | None = None
+    with contextlib.suppress(ValueError, LookupError, TypeError):
+        code = str(json.loads(response.body)["code"])
+    return HandshakeError(
+        f"the gateway answered HTTP {response.status_code}" + (f" ({code})" if code else ""),
+        status=response.status_code,
+        code=code,
+    )

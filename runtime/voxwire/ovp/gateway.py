@@ -1,0 +1,608 @@
+"""The gateway side of OVP over ``websockets``: :class:`Gateway` serves ``/voice/ws/{session_id}``.
+
+For people who build or emulate a voice gateway. The gateway checks the subprotocol (HTTP 400
+with an ``OVP_SUBPROTOCOL_MISMATCH`` JSON body), then the HS256 token (a bad one gets the
+handshake, an ``error`` ``OVP_AUTH_FAILED`` and a close 1008), and hands each session to the
+application's handler as a :class:`GatewaySession`: typed client events and audio frames in,
+events, audio, errors and the end out. The session outlives its connections: after a drop it
+waits 30 s for a ``session.resume`` and replays what the client missed.
+
+```text
+async def handler(session: GatewaySession) -> None:
+    session.start(call, agent)                       # session.start, seq 0
+    async for item in session:                       # ClientMessage or AudioFrame
+        if isinstance(item, ovp.AudioFrame):
+            session.send_audio(item.pcm)             # echo
+    # returning ends the session (session.end reason agent_ended) if it is still open
+
+async with Gateway(handler, secret=secret) as gateway:   # 127.0.0.1, a free port
+    print(gateway.url)
+```
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from typing import Any, Final, TypeVar
+from urllib.parse import parse_qs, urlsplit
+
+import jwt
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.exceptions import ConnectionClosed
+from websockets.http11 import Request, Response
+
+from voxwire.clock import SYSTEM_CLOCK, Clock
+from voxwire.ovp import (
+    ENDPOINT_PATH,
+    JWT_ALGORITHM,
+    MAX_TOKEN_LIFETIME_S,
+    MIN_GATEWAY_SECRET_BYTES,
+    SUBPROTOCOL,
+    SUBPROTOCOL_MISMATCH_HTTP_STATUS,
+    TOKEN_CLOCK_LEEWAY_S,
+    TOKEN_QUERY_PARAMETER,
+    AgentConfig,
+    AudioFrame,
+    CallInfo,
+    ClientMessage,
+    CostBreakdown,
+    ErrorCode,
+    Message,
+    SessionEnd,
+    SessionEndReason,
+    SessionPatch,
+    SessionStart,
+)
+from voxwire.ovp._transport import (
+    MAX_FRAME_SIZE,
+    Inbox,
+    LinkWriter,
+    install_token_redaction,
+)
+from voxwire.ovp.core import (
+    AudioIn,
+    ClientEvent,
+    GatewayCore,
+    GatewayOutput,
+    Ignored,
+    LinkDropped,
+    Resumed,
+    Sent,
+    SessionOver,
+    SessionStateError,
+    ToLink,
+    check_session_id,
+    refuse_token,
+)
+
+__all__ = [
+    "Gateway",
+    "GatewayConfigError",
+    "GatewaySession",
+    "SessionHandler",
+    "TokenClaims",
+    "TokenRejected",
+    "mint_token",
+    "verify_token",
+]
+
+M = TypeVar("M", bound=Message)
+
+log = logging.getLogger(__name__)
+
+SessionHandler = Callable[["GatewaySession"], Awaitable[None]]
+"""The application: called once per new session, which lasts until it returns (or ends)."""
+
+_PREFIX: Final = ENDPOINT_PATH.split("{", 1)[0]
+_REQUIRED_CLAIMS: Final = ("exp", "iat", "tenant_id", "session_id")
+# An ended session's id is remembered as long as a token for it can still be valid, so a late
+# resume is refused (OVP_RESUME_EXPIRED) rather than starting the session anew.
+_TOMBSTONE_S: Final = MAX_TOKEN_LIFETIME_S + 2 * TOKEN_CLOCK_LEEWAY_S
+_LOOPBACK: Final = frozenset({"127.0.0.1", "::1", "localhost"})
+
+
+class GatewayConfigError(ValueError):
+    """A gateway configuration that must not start (a secret shorter than 32 bytes)."""
+
+
+class TokenRejected(ValueError):
+    """A token the gateway refuses; the text says why and never holds the token."""
+
+
+@dataclass(frozen=True, slots=True)
+class TokenClaims:
+    """The verified claims of a session token (the token itself is not kept)."""
+
+    tenant_id: str
+    session_id: str
+    issued_at: float
+    expires_at: float
+    claims: Mapping[str, Any] = field(repr=False)
+    """Every claim, the call context included."""
+
+
+def _key(secret: str | bytes) -> bytes:
+    key = secret.encode() if isinstance(secret, str) else bytes(secret)
+    if len(key) < MIN_GATEWAY_SECRET_BYTES:
+        raise GatewayConfigError(
+            f"the gateway secret is {len(key)} bytes; HS256 needs at least "
+            f"{MIN_GATEWAY_SECRET_BYTES} (RFC 7518 §3.2)"
+        )
+    return key
+
+
+def mint_token(
+    secret: str | bytes,
+    *,
+    session_id: str,
+    tenant_id: str,
+    lifetime_s: int = MAX_TOKEN_LIFETIME_S,
+    now: float | None = None,
+    **context: Any,
+) -> str:
+    """An HS256 session token as the platform mints it (for tests and gateway emulators)."""
+    issued = int(time.time() if now is None else now)
+    claims = {
+        **context,
+        "tenant_id": tenant_id,
+        "session_id": session_id,
+        "iat": issued,
+        "exp": issued + lifetime_s,
+    }
+    return jwt.encode(claims, _key(secret), algorithm=JWT_ALGORITHM)
+
+
+def verify_token(
+    token: str, secret: str | bytes, session_id: str, *, now: float | None = None
+) -> TokenClaims:
+    """Verify a session token for the path's ``session_id``; raise :class:`TokenRejected`.
+
+    HS256 only (the header's ``alg`` is never trusted), signature, ``exp`` and ``iat`` with 30 s
+    of leeway, a lifetime ``exp - iat`` of at most 300 s, and ``tenant_id`` and ``session_id``
+    claims, the latter equal to the path's.
+    """
+    moment = time.time() if now is None else now
+    try:
+        claims: dict[str, Any] = jwt.decode(
+            token,
+            _key(secret),
+            algorithms=[JWT_ALGORITHM],
+            options={"require": list(_REQUIRED_CLAIMS)},
+            leeway=TOKEN_CLOCK_LEEWAY_S,
+        )
+    except jwt.ExpiredSignatureError:
+        raise TokenRejected("token expired") from None
+    except jwt.ImmatureSignatureError:
+        raise TokenRejected("token issued in the future") from None
+    except jwt.InvalidSignatureError:
+        raise TokenRejected("token signature does not verify") from None
+    except jwt.InvalidAlgorithmError:
+        raise TokenRejected(f"token algorithm is not {JWT_ALGORITHM}") from None
+    except jwt.MissingRequiredClaimError as exc:
+        raise TokenRejected(f"token lacks the {exc.claim} claim") from None
+    except jwt.DecodeError:
+        raise TokenRejected("malformed token") from None
+    except jwt.InvalidTokenError as exc:
+        raise TokenRejected(f"invalid token ({type(exc).__name__})") from None
+    issued, expires = claims["iat"], claims["exp"]
+    if not all(_is_number(value) for value in (issued, expires)):
+        raise TokenRejected("token iat and exp must be numbers")
+    if issued > moment + TOKEN_CLOCK_LEEWAY_S:
+        raise TokenRejected("token issued in the future")
+    if expires - issued > MAX_TOKEN_LIFETIME_S:
+        raise TokenRejected(
+            f"token lives {expires - issued:g} s, at most {MAX_TOKEN_LIFETIME_S} s is allowed"
+        )
+    tenant = claims["tenant_id"]
+    if not isinstance(tenant, str) or not tenant:
+        raise TokenRejected("token tenant_id is not a non-empty string")
+    if claims["session_id"] != session_id:
+        raise TokenRejected("token is for another session")
+    return TokenClaims(tenant, session_id, float(issued), float(expires), claims)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+class GatewaySession:
+    """One session as the gateway's application sees it, across the client's reconnects.
+
+    Iterate it for the client's events (:class:`~voxwire.ovp.ClientMessage`) and audio
+    (:class:`~voxwire.ovp.AudioFrame`, its PCM a zero-copy view) in arrival order; the iteration
+    ends when the session is over. The sending methods never wait: what they write is queued on
+    the current connection, and kept for replay while there is none.
+    """
+
+    def __init__(self, gateway: Gateway, claims: TokenClaims) -> None:
+        self.claims = claims
+        self.session_id = claims.session_id
+        self._gateway = gateway
+        self._clock = gateway.clock
+        self._core = GatewayCore(
+            claims.session_id,
+            epoch=time.time() - self._clock.now(),
+            accept_patch=gateway.accept_patch,
+        )
+        self._links: dict[int, LinkWriter] = {}
+        self._inbox: Inbox[ClientMessage | AudioFrame] = Inbox(gateway.max_events)
+        self._wake = asyncio.Event()
+        self._sleeping_until = math.inf  # the deadline the timer task sleeps until
+        self._tasks: list[asyncio.Task[None]] = []
+        self.ignored = 0
+
+    def __repr__(self) -> str:
+        return f"GatewaySession({self.session_id!r}, tenant={self.claims.tenant_id!r})"
+
+    # ------------------------------------------------------------------ application interface
+
+    def start(self, call: CallInfo, agent: AgentConfig) -> SessionStart:
+        """Send ``session.start`` (seq 0) with the call, the agent and the audio invariants."""
+        return self._sent(self._core.start(call, agent, self._clock.now()), SessionStart)
+
+    def send(self, kind: type[M], /, **fields: Any) -> M:
+        """Send one server event built from ``fields``; seq, ts and session_id are stamped here.
+
+        ``session.send(ovp.TranscriptFinal, utterance_id="u1", speaker=ovp.Speaker.CALLER, ...)``.
+        Raises ``TypeError`` for a wrong type or field, :class:`~voxwire.ovp.ProtocolError` for a
+        value the spec refuses, :class:`~voxwire.ovp.core.SessionStateError` outside the session.
+        """
+        return self._sent(self._core.send(kind, fields, self._clock.now()), kind)
+
+    def send_audio(self, pcm: bytes | bytearray | memoryview, *, flags: int = 0) -> None:
+        """Send 20 ms of agent audio (640 bytes of PCM); dropped while the client is away."""
+        self._perform(self._core.send_audio(pcm, self._clock.now(), flags=flags))
+
+    def fail(
+        self,
+        code: str,
+        message: str,
+        *,
+        recoverable: bool | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        """Send an ``error``; an unrecoverable code then ends the session (``session.end``)."""
+        self._perform(
+            self._core.fail(
+                code, message, self._clock.now(), recoverable=recoverable, details=details
+            )
+        )
+
+    def end(
+        self, reason: str = SessionEndReason.AGENT_ENDED, *, error_code: str | None = None
+    ) -> SessionEnd:
+        """Send ``session.end`` with the final stats and close the connection with 1000."""
+        return self._sent(
+            self._core.end(reason, self._clock.now(), error_code=error_code), SessionEnd
+        )
+
+    def set_quality(
+        self, *, packet_loss_pct: float, jitter_ms: float, rtt_ms: float, mos: float
+    ) -> None:
+        """The values of the ``call.quality.update`` sent every 5 s from now on."""
+        self._core.set_quality(
+            packet_loss_pct=packet_loss_pct, jitter_ms=jitter_ms, rtt_ms=rtt_ms, mos=mos
+        )
+
+    def set_cost(self, breakdown: CostBreakdown) -> None:
+        """The running cost of the ``agent.cost.tick`` sent every 5 s (and of the final stats)."""
+        self._core.set_cost(breakdown)
+
+    @property
+    def agent(self) -> AgentConfig | None:
+        """The agent's configuration, with the accepted ``session.update`` patches applied."""
+        return self._core.agent
+
+    @property
+    def caller_context(self) -> dict[str, Any] | None:
+        """The last ``caller_context`` a patch supplied."""
+        return self._core.caller_context
+
+    @property
+    def connected(self) -> bool:
+        """Whether the client is connected now."""
+        return self._core.current_link is not None
+
+    @property
+    def over(self) -> SessionOver | None:
+        """How the session ended, once it did."""
+        return self._core.over
+
+    @property
+    def events_lost(self) -> int:
+        """Client events and frames dropped because the application did not keep up."""
+        return self._inbox.lost
+
+    def __aiter__(self) -> GatewaySession:
+        return self
+
+    async def __anext__(self) -> ClientMessage | AudioFrame:
+        return await self._inbox.get()
+
+    # ------------------------------------------------------------------ adapter
+
+    def _sent(self, out: list[GatewayOutput], kind: type[M]) -> M:
+        self._perform(out)
+        message = next((o.message for o in out if isinstance(o, Sent)), None)
+        if not isinstance(message, kind):
+            assert self._core.over is not None
+            raise SessionStateError(f"the session ended instead: {self._core.over.detail}")
+        return message
+
+    def _perform(self, out: list[GatewayOutput]) -> None:
+        for item in out:
+            if isinstance(item, ToLink):
+                writer = self._links.get(item.link)
+                if writer is not None:
+                    writer.post(item.action)
+            elif isinstance(item, ClientEvent):
+                self._deliver(item.message)
+            elif isinstance(item, AudioIn):
+                self._deliver(item.frame)
+            elif isinstance(item, Ignored):
+                self.ignored += 1
+                log.debug("session %s: ignored %s", self.session_id, item.what)
+            elif isinstance(item, LinkDropped):
+                log.info("session %s: the client dropped; resumable for 30 s", self.session_id)
+            elif isinstance(item, Resumed):
+                log.info("session %s: resumed, %d events replayed", self.session_id, item.replayed)
+            elif isinstance(item, SessionOver):
+                log.info("session %s is over: %s", self.session_id, item.detail)
+                self._inbox.close()
+                self._wake.set()
+        deadline = self._core.next_deadline()
+        if deadline is not None and deadline < self._sleeping_until:
+            self._wake.set()  # the timer sleeps past the new deadline
+
+    def _deliver(self, item: ClientMessage | AudioFrame) -> None:
+        if not self._inbox.put(item) and self._inbox.lost in (1, 10, 100, 1000, 10000):
+            log.warning(
+                "session %s: the application is not keeping up: %d items lost",
+                self.session_id,
+                self._inbox.lost,
+            )
+
+    def _launch(self) -> None:
+        self._tasks = [
+            asyncio.create_task(self._run_handler()),
+            asyncio.create_task(self._run_timers()),
+        ]
+
+    async def _run_handler(self) -> None:
+        core = self._core
+        try:
+            await self._gateway.handler(self)
+        except Exception:
+            log.exception("session %s: the application handler failed", self.session_id)
+            if core.started_at is not None and core.over is None:
+                self.fail(ErrorCode.OVP_INTERNAL_ERROR, "internal error")
+        if core.over is None:
+            now = self._clock.now()
+            if core.started_at is None:
+                self._perform(core.abort("the handler returned before start()", now))
+            else:
+                self._perform(core.end(SessionEndReason.AGENT_ENDED, now))
+
+    async def _run_timers(self) -> None:
+        """Tick the core at its deadlines; once over, keep the id as a tombstone, then forget."""
+        core, clock = self._core, self._clock
+        while core.over is None:
+            self._wake.clear()
+            deadline = core.next_deadline()
+            self._sleeping_until = math.inf if deadline is None else deadline
+            delay = None if deadline is None else deadline - clock.now()
+            if delay is not None and delay <= 0:
+                self._perform(core.tick(clock.now()))
+                continue
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(None if delay is None else clock.real_seconds(delay)):
+                    await self._wake.wait()
+        await clock.sleep(_TOMBSTONE_S)
+        self._gateway._forget(self)
+        for writer in list(self._links.values()):
+            writer.abort()
+
+    async def _serve(self, ws: ServerConnection) -> None:
+        """Carry the session over one connection until it closes."""
+        core, clock = self._core, self._clock
+        writer = LinkWriter(ws, clock, write_timeout=self._gateway.write_timeout)
+        link, out = core.open_link(clock.now())
+        self._links[link] = writer
+        self._perform(out)
+        try:
+            async for data in ws:
+                if isinstance(data, str):
+                    self._perform(core.receive_text(link, data, clock.now()))
+                else:
+                    self._perform(core.receive_binary(link, data, clock.now()))
+        except ConnectionClosed:
+            pass
+        finally:
+            self._perform(core.link_lost(link, clock.now()))
+            del self._links[link]
+            await writer.stop()
+
+    async def _stop(self) -> None:
+        self._perform(self._core.abort("the gateway is shutting down", self._clock.now()))
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+class Gateway:
+    """An OVP gateway: serves ``/voice/ws/{session_id}`` and runs ``handler`` once per session.
+
+    Args:
+        handler: The application, called with each new :class:`GatewaySession`.
+        secret: The HS256 key the session tokens are signed with, at least 32 bytes.
+        host: Where to listen; loopback unless told otherwise.
+        port: The port; 0 picks a free one (see :attr:`port`).
+        clock: The clock of every timer (resume window, 5 s events, tombstones).
+        accept_patch: Judges each well-formed ``session.update`` patch: ``None`` applies it,
+            a string refuses it with ``OVP_SESSION_UPDATE_REJECTED``.
+        write_timeout: Seconds a write may take before the connection is dropped.
+        keepalive: Seconds between pings; a pong missing as long again drops the connection.
+        max_events: Client events and frames a session holds for its application.
+        ssl: An ``ssl.SSLContext`` to serve ``wss://``.
+    """
+
+    def __init__(
+        self,
+        handler: SessionHandler,
+        *,
+        secret: str | bytes,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        clock: Clock = SYSTEM_CLOCK,
+        accept_patch: Callable[[SessionPatch], str | None] | None = None,
+        write_timeout: float = 10.0,
+        keepalive: float = 10.0,
+        max_events: int = 4096,
+        ssl: Any = None,
+    ) -> None:
+        self.handler = handler
+        self._secret = _key(secret)
+        self.host = host
+        self._port = port
+        self.clock = clock
+        self.accept_patch = accept_patch
+        self.write_timeout = write_timeout
+        self.keepalive = keepalive
+        self.max_events = max_events
+        self._ssl = ssl
+        self._server: Server | None = None
+        self._sessions: dict[str, GatewaySession] = {}
+
+    def __repr__(self) -> str:
+        return f"Gateway({self.host!r}, port={self._port})"
+
+    @property
+    def port(self) -> int:
+        """The port it listens on (the one picked, with ``port=0``)."""
+        return self._port
+
+    @property
+    def url(self) -> str:
+        """The base URL clients connect to (``ws://host:port``, ``wss://`` with ``ssl``)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{'wss' if self._ssl else 'ws'}://{host}:{self._port}"
+
+    @property
+    def sessions(self) -> Mapping[str, GatewaySession]:
+        """The sessions it holds (ended ones stay a few minutes, to refuse late resumes)."""
+        return self._sessions
+
+    async def start(self) -> None:
+        """Listen."""
+        install_token_redaction()
+        keepalive = self.clock.real_seconds(self.keepalive)
+        self._server = await serve(
+            self._connection,
+            self.host,
+            self._port,
+            process_request=self._process_request,
+            process_response=self._process_response,
+            compression=None,
+            max_size=MAX_FRAME_SIZE,
+            ping_interval=keepalive,
+            ping_timeout=keepalive,
+            close_timeout=self.clock.real_seconds(self.write_timeout),
+            ssl=self._ssl,
+        )
+        self._port = self._server.sockets[0].getsockname()[1]
+        if self.host in _LOOPBACK:
+            log.info("OVP gateway listening on %s (loopback only)", self.url)
+        else:
+            log.warning("OVP gateway listening on %s: reachable beyond this machine", self.url)
+
+    async def close(self) -> None:
+        """Stop listening, close every connection and end the sessions' tasks."""
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+        for session in list(self._sessions.values()):
+            await session._stop()
+        self._sessions.clear()
+
+    async def __aenter__(self) -> Gateway:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def _forget(self, session: GatewaySession) -> None:
+        if self._sessions.get(session.session_id) is session:
+            del self._sessions[session.session_id]
+
+    def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
+        """Route the path, check the subprotocol; the token waits for the handshake's end."""
+        path = urlsplit(request.path).path
+        try:
+            if not path.startswith(_PREFIX):
+                raise ValueError(path)
+            check_session_id(path[len(_PREFIX) :])
+        except ValueError:
+            return connection.respond(HTTPStatus.NOT_FOUND, "Not an OVP endpoint.\n")
+        offered = [
+            value.strip()
+            for header in request.headers.get_all("Sec-WebSocket-Protocol")
+            for value in header.split(",")
+        ]
+        if SUBPROTOCOL not in offered:
+            body = json.dumps(
+                {
+                    "code": ErrorCode.OVP_SUBPROTOCOL_MISMATCH,
+                    "message": f"offer the subprotocol {SUBPROTOCOL}",
+                }
+            )
+            response = connection.respond(SUBPROTOCOL_MISMATCH_HTTP_STATUS, body)
+            del response.headers["Content-Type"]
+            response.headers["Content-Type"] = "application/json"
+            return response
+        # websockets refuses "/" in a subprotocol token (RFC 6455 §4.1); the gateway selects it
+        # itself, in _process_response.
+        del request.headers["Sec-WebSocket-Protocol"]
+        return None
+
+    def _process_response(
+        self, connection: ServerConnection, request: Request, response: Response
+    ) -> None:
+        if response.status_code == HTTPStatus.SWITCHING_PROTOCOLS:
+            response.headers["Sec-WebSocket-Protocol"] = SUBPROTOCOL
+
+    async def _connection(self, ws: ServerConnection) -> None:
+        """One connection, after the handshake: the token, then the session."""
+        assert ws.request is not None
+        target = urlsplit(ws.request.path)
+        session_id = target.path[len(_PREFIX) :]
+        tokens = parse_qs(target.query, keep_blank_values=True).get(TOKEN_QUERY_PARAMETER, [])
+        try:
+            if len(tokens) != 1:
+                raise TokenRejected("token missing" if not tokens else "more than one token")
+            claims = verify_token(tokens[0], self._secret, session_id)
+            session = self._sessions.get(session_id)
+            if session is not None and session.claims.tenant_id != claims.tenant_id:
+                raise TokenRejected("token is for another tenant")
+        except TokenRejected as exc:
+            log.info("session %s: refused a connection: %s", session_id, exc)
+            writer = LinkWriter(ws, self.clock, write_timeout=self.write_timeout)
+            for action in refuse_token(
+                session_id, str(exc), epoch=time.time() - self.clock.now(), now=self.clock.now()
+            ):
+                writer.post(action)
+            await writer.wait_done()
+            return
+        if session is None:
+            session = GatewaySession(self, claims)
+            self._sessions[session_id] = session
+            session._launch()
+        await session._serve(ws)

@@ -1,0 +1,787 @@
+"""The sans-I/O OVP cores, message by message, with ``now`` as a plain float."""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Any
+
+import pytest
+
+from tests.test_ovp_support import AGENT, CALL, PCM, SESSION, TS
+from voxwire import ovp
+from voxwire.ovp.core import (
+    AUDIO_FORMAT,
+    AudioIn,
+    ClientCore,
+    ClientEvent,
+    Dropped,
+    GatewayCore,
+    Ignored,
+    LinkDropped,
+    Rejected,
+    Resumed,
+    Sent,
+    ServerEvent,
+    SessionOver,
+    SessionStateError,
+    ToLink,
+    check_session_id,
+    refuse_token,
+)
+from voxwire.sansio import Close, SendBinary, SendText
+
+EPOCH = 1_778_762_096.0  # 2026-05-14T12:34:56Z
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def server_event(type_: str, seq: int, session_id: str = SESSION, **fields: Any) -> bytes:
+    return json.dumps(
+        {"type": type_, "seq": seq, "ts": TS, "session_id": session_id, **fields}
+    ).encode()
+
+
+def start_event(seq: int = 0, **audio: int) -> bytes:
+    fmt = {"sample_rate_hz": 16000, "sample_width_bits": 16, "channels": 1, "frame_ms": 20}
+    start = ovp.SessionStart(
+        seq=seq,
+        ts=TS,
+        session_id=SESSION,
+        protocol_version="1.0",
+        call=CALL,
+        agent=AGENT,
+        audio=AUDIO_FORMAT,
+    )
+    data = json.loads(ovp.encode(start))
+    data["audio"] = {**fmt, **audio}
+    return json.dumps(data).encode()
+
+
+def thinking(seq: int) -> bytes:
+    return server_event("agent.thinking", seq, turn_id="t1", delta=f"d{seq}")
+
+
+def frame(direction: int, frame_seq: int, *, size: int = 652, flags: int = 0) -> bytes:
+    data = struct.pack("<BBHII", 1, flags, direction, frame_seq, 0) + PCM
+    return data[:size]
+
+
+def texts(out: list[Any]) -> list[dict[str, Any]]:
+    """Every text written (plain or addressed), as JSON."""
+    found = []
+    for item in out:
+        action = item.action if isinstance(item, ToLink) else item
+        if isinstance(action, SendText):
+            found.append(json.loads(action.data))
+    return found
+
+
+def of(kind: type, out: list[Any]) -> list[Any]:
+    return [item for item in out if isinstance(item, kind)]
+
+
+def started_client() -> ClientCore:
+    core = ClientCore(SESSION, epoch=EPOCH)
+    assert core.connected(0.0) == []
+    out = core.receive_text(start_event(), 0.1)
+    assert of(ServerEvent, out)[0].message.type == "session.start"
+    return core
+
+
+def started_gateway(**kwargs: Any) -> tuple[GatewayCore, int]:
+    core = GatewayCore(SESSION, epoch=EPOCH, **kwargs)
+    link, out = core.open_link(0.0)
+    assert out == []
+    out = core.start(CALL, AGENT, 0.0)
+    assert texts(out)[0]["type"] == "session.start"
+    return core, link
+
+
+def client_event(type_: str, seq: int, **fields: Any) -> bytes:
+    return server_event(type_, seq, **fields)
+
+
+def error_of(out: list[Any]) -> dict[str, Any]:
+    errors = [t for t in texts(out) if t["type"] == "error"]
+    assert len(errors) == 1, out
+    return errors[0]
+
+
+# ----------------------------------------------------------------------------- client core
+
+
+def test_client_waits_for_session_start_and_checks_it() -> None:
+    core = started_client()
+    start = core.session_start
+    assert start is not None and start.audio == AUDIO_FORMAT and start.seq == 0
+    assert core.live and core.last_server_seq == 0
+
+
+@pytest.mark.parametrize(
+    "audio",
+    [{"sample_rate_hz": 8000}, {"sample_width_bits": 8}, {"channels": 2}, {"frame_ms": 10}],
+)
+def test_client_refuses_a_session_start_with_other_audio_invariants(audio: dict[str, int]) -> None:
+    core = ClientCore(SESSION, epoch=EPOCH)
+    core.connected(0.0)
+    out = core.receive_text(start_event(**audio), 0.1)
+    assert of(Rejected, out)[0].error.code == ovp.ErrorCode.OVP_EVENT_SCHEMA_INVALID
+    assert of(Close, out) and of(SessionOver, out)[0].code == "OVP_EVENT_SCHEMA_INVALID"
+    assert not core.live
+
+
+def test_client_refuses_a_session_start_with_a_seq_other_than_zero() -> None:
+    core = ClientCore(SESSION, epoch=EPOCH)
+    core.connected(0.0)
+    over = of(SessionOver, core.receive_text(start_event(seq=3), 0.1))
+    assert over and "not 0" in over[0].detail
+
+
+def test_client_refuses_events_before_session_start() -> None:
+    core = ClientCore(SESSION, epoch=EPOCH)
+    core.connected(0.0)
+    out = core.receive_text(thinking(1), 0.1)
+    assert of(SessionOver, out)[0].detail == "agent.thinking before session.start"
+    assert of(Close, out)[0].code == 1002
+
+
+def test_client_drops_replayed_duplicates_and_accepts_gaps() -> None:
+    core = started_client()
+    assert of(ServerEvent, core.receive_text(thinking(1), 1))
+    assert of(ServerEvent, core.receive_text(thinking(5), 1))  # a gap is no error
+    for seq in (5, 3, 0):
+        out = core.receive_text(thinking(seq), 1)
+        assert of(Ignored, out) and not of(ServerEvent, out)
+    assert core.last_server_seq == 5
+
+
+def test_client_rejects_server_events_of_another_session_or_direction() -> None:
+    core = started_client()
+    out = core.receive_text(server_event("agent.thinking", 1, "other", turn_id="t", delta="x"), 1)
+    assert of(Rejected, out)[0].error.code == ovp.ErrorCode.OVP_EVENT_SCHEMA_INVALID
+    out = core.receive_text(server_event("agent.input", 2, source="system", text="x"), 1)
+    assert of(Rejected, out)[0].error.code == ovp.ErrorCode.OVP_EVENT_DIRECTION_VIOLATION
+    assert core.live and core.last_server_seq == 0  # dropped: no effect
+
+
+def test_client_ignores_unknown_server_types_but_checks_their_envelope() -> None:
+    core = started_client()
+    out = core.receive_text(server_event("agent.mood", 1, mood="calm"), 1)
+    assert of(Ignored, out) and not of(ServerEvent, out)
+    assert core.last_server_seq == 1  # it still advances the server seq
+    for bad in (
+        server_event("agent.mood", -1),
+        server_event("agent.mood", 2, "other"),
+        json.dumps({"type": "agent.mood", "seq": "3", "session_id": SESSION}).encode(),
+    ):
+        assert of(Rejected, core.receive_text(bad, 1))
+    assert core.last_server_seq == 1
+
+
+def test_client_frames_are_checked_for_direction_size_and_order() -> None:
+    core = started_client()
+    assert of(AudioIn, core.receive_binary(frame(1, 7), 1))
+    assert of(AudioIn, core.receive_binary(frame(1, 9), 1))  # a gap is loss, not an error
+    for data, code in [
+        (frame(0, 10), ovp.ErrorCode.OVP_AUDIO_FRAME_INVALID),
+        (frame(1, 10, size=600), ovp.ErrorCode.OVP_AUDIO_FRAME_INVALID),
+        (frame(1, 10, flags=0x08), ovp.ErrorCode.OVP_AUDIO_FRAME_INVALID),
+        (frame(1, 9), ovp.ErrorCode.OVP_SEQ_REGRESSION),
+        (frame(1, 3), ovp.ErrorCode.OVP_SEQ_REGRESSION),
+    ]:
+        assert of(Rejected, core.receive_binary(data, 1))[0].error.code == code
+    assert of(AudioIn, core.receive_binary(frame(1, 10), 1))
+
+
+def test_frame_seq_wraps_in_serial_arithmetic() -> None:
+    core = started_client()
+    assert of(AudioIn, core.receive_binary(frame(1, 2**32 - 1), 1))
+    assert of(AudioIn, core.receive_binary(frame(1, 0), 1))
+    assert of(Rejected, core.receive_binary(frame(1, 2**31), 1))
+
+
+def test_client_outbound_seq_never_goes_back_across_a_resume() -> None:
+    core = started_client()
+    for expected in range(3):
+        out = core.send(ovp.AgentInput, {"source": "system", "text": "x"}, 1)
+        assert of(Sent, out)[0].message.seq == expected
+    core.receive_text(thinking(4), 1)
+    dropped = of(Dropped, core.link_lost(2.0))[0]
+    assert dropped.resume_by == 32.0 and not core.live
+    with pytest.raises(SessionStateError):
+        core.send(ovp.AgentInput, {"source": "system", "text": "x"}, 3)
+    resume = texts(core.connected(5.0))[0]
+    assert resume["type"] == "session.resume"
+    assert resume["seq"] == 3 and resume["last_server_seq"] == 4
+    out = core.send(ovp.AgentInput, {"source": "system", "text": "x"}, 6)
+    assert of(Sent, out)[0].message.seq == 4
+
+
+def test_client_send_refuses_what_the_client_may_not_send() -> None:
+    core = ClientCore(SESSION, epoch=EPOCH)
+    core.connected(0.0)
+    with pytest.raises(SessionStateError):
+        core.send(ovp.AgentInput, {"source": "system", "text": "x"}, 0)
+    core.receive_text(start_event(), 0)
+    with pytest.raises(TypeError, match="not an event this side sends"):
+        core.send(ovp.AgentThinking, {"turn_id": "t", "delta": "x"}, 0)
+    with pytest.raises(TypeError, match=r"session\.resume"):
+        core.send(ovp.SessionResume, {"last_server_seq": 0}, 0)
+    with pytest.raises(ovp.ProtocolError):
+        core.send(ovp.AgentInput, {"source": "system", "text": "  "}, 0)
+    assert core.next_seq == 0  # a refused event takes no seq
+
+
+def test_client_audio_counters_and_outage() -> None:
+    core = started_client()
+    (sent,) = core.send_audio(memoryview(PCM), 1)
+    assert isinstance(sent, SendBinary)
+    first = ovp.decode_frame(sent.data, expected_direction=0)
+    assert (first.frame_seq, first.rtp_timestamp, bytes(first.pcm)) == (0, 0, PCM)
+    core.link_lost(2)
+    assert core.send_audio(PCM, 2) == []  # lost: audio is never replayed
+    core.connected(3)
+    (sent,) = core.send_audio(bytearray(PCM), 3, flags=ovp.FLAG_SILENCE, rtp_timestamp=99)
+    assert isinstance(sent, SendBinary)
+    third = ovp.decode_frame(sent.data)
+    assert (third.frame_seq, third.rtp_timestamp, third.silence) == (2, 99, True)
+    with pytest.raises(ovp.ProtocolError):
+        core.send_audio(PCM[:100], 3)
+
+
+def test_client_handles_errors_by_their_recoverable_flag() -> None:
+    core = started_client()
+    out = core.receive_text(
+        server_event("error", 1, code="OVP_SEQ_REGRESSION", message="m", recoverable=True), 1
+    )
+    assert of(ServerEvent, out) and not of(SessionOver, out) and core.live
+    out = core.receive_text(
+        server_event("error", 2, code="OVP_NEW_CODE", message="m", recoverable=False), 1
+    )
+    assert of(ServerEvent, out) and not of(SessionOver, out)  # session.end follows
+    assert of(SessionOver, core.link_lost(2))[0].code == "OVP_NEW_CODE"  # no resume
+
+
+def test_client_session_end_closes_with_1000() -> None:
+    core = started_client()
+    end = ovp.SessionEnd(
+        seq=1,
+        ts=TS,
+        session_id=SESSION,
+        reason="error",
+        error_code="OVP_LLM_UPSTREAM_FAILED",
+        stats=ovp.FinalStats(
+            duration_ms=1,
+            turns=0,
+            tool_calls=0,
+            barge_ins=0,
+            client_frames=0,
+            server_frames=0,
+            total_cost_usd_micros=0,
+            cost_breakdown=ovp.CostBreakdown(
+                llm_usd_micros=0,
+                stt_usd_micros=0,
+                tts_usd_micros=0,
+                voice_termination_usd_micros=0,
+            ),
+        ),
+    )
+    out = core.receive_text(ovp.encode(end), 1)
+    assert of(Close, out) == [Close(1000)]
+    over = of(SessionOver, out)[0]
+    assert over.end == end and over.code == "OVP_LLM_UPSTREAM_FAILED"
+    assert of(Ignored, core.receive_text(thinking(2), 1))
+    assert core.link_lost(2) == []
+
+
+@pytest.mark.parametrize("code", ["OVP_AUTH_FAILED", "OVP_RESUME_EXPIRED"])
+def test_client_refusals_end_the_session_at_once(code: str) -> None:
+    core = ClientCore(SESSION, epoch=EPOCH)
+    core.connected(0.0)
+    out = core.receive_text(server_event("error", 0, code=code, message="no", recoverable=False), 0)
+    assert of(ServerEvent, out) and of(SessionOver, out)[0].code == code
+
+
+def test_client_drop_before_session_start_cannot_resume() -> None:
+    core = ClientCore(SESSION, epoch=EPOCH)
+    core.connected(0.0)
+    assert of(SessionOver, core.link_lost(1.0))
+    with pytest.raises(SessionStateError):
+        core.connected(2.0)
+
+
+def test_client_close_and_give_up() -> None:
+    core = started_client()
+    out = core.close()
+    assert of(Close, out) == [Close(1000, "closed by the client")] and core.over is not None
+    core = started_client()
+    core.link_lost(1)
+    assert of(SessionOver, core.give_up("gone"))[0].code == "OVP_RESUME_EXPIRED"
+
+
+def test_client_closes_when_its_seq_would_pass_the_bound() -> None:
+    core = started_client()
+    core._stamper.next_seq = ovp.MAX_SEQ
+    assert of(Sent, core.send(ovp.AgentInput, {"source": "system", "text": "x"}, 1))
+    out = core.send(ovp.AgentInput, {"source": "system", "text": "x"}, 1)
+    assert of(Close, out) and "seq would pass" in of(SessionOver, out)[0].detail
+    assert core.over is not None and not core.live
+
+
+def test_session_ids_are_path_segments() -> None:
+    assert check_session_id("ovps_01HZK.a~b-c") == "ovps_01HZK.a~b-c"
+    for bad in ("", "a/b", "a b", "x" * 129, "é"):
+        with pytest.raises(ValueError, match="not an OVP session id"):
+            check_session_id(bad)
+
+
+# ----------------------------------------------------------------------------- gateway core
+
+
+def test_gateway_starts_with_seq_zero_and_the_audio_invariants() -> None:
+    core = GatewayCore(SESSION, epoch=EPOCH)
+    link, _ = core.open_link(0.0)
+    with pytest.raises(SessionStateError):
+        core.send(ovp.AgentThinking, {"turn_id": "t", "delta": "x"}, 0)
+    out = core.start(CALL, AGENT, 0.0)
+    start = texts(out)[0]
+    assert start["seq"] == 0 and start["ts"] == TS and start["session_id"] == SESSION
+    assert start["audio"] == {
+        "sample_rate_hz": 16000,
+        "sample_width_bits": 16,
+        "channels": 1,
+        "frame_ms": 20,
+    }
+    assert of(ToLink, out)[0].link == link
+    with pytest.raises(SessionStateError):
+        core.start(CALL, AGENT, 0.0)
+    with pytest.raises(TypeError, match="start"):
+        core.send(ovp.SessionEnd, {}, 0)
+
+
+@pytest.mark.parametrize(
+    ("data", "code", "details"),
+    [
+        (b"not json", "OVP_EVENT_SCHEMA_INVALID", None),
+        (
+            client_event("agent.input", 1, source="nope", text="x"),
+            "OVP_EVENT_SCHEMA_INVALID",
+            {"event_type": "agent.input"},
+        ),
+        (
+            client_event("agent.teleport", 1),
+            "OVP_EVENT_SCHEMA_INVALID",
+            {"event_type": "agent.teleport"},
+        ),
+        (
+            client_event("agent.thinking", 1, turn_id="t", delta="x"),
+            "OVP_EVENT_DIRECTION_VIOLATION",
+            {"event_type": "agent.thinking"},
+        ),
+        (
+            client_event("session.update", 1, patch={}),
+            "OVP_SESSION_UPDATE_REJECTED",
+            {"event_type": "session.update"},
+        ),
+        (
+            client_event("session.update", 1, patch={"agent_id": "x"}),
+            "OVP_SESSION_UPDATE_REJECTED",
+            {"event_type": "session.update"},
+        ),
+        (
+            client_event("agent.input", 1, source="system", text="x" * 70000),
+            "OVP_EVENT_SCHEMA_INVALID",
+            None,
+        ),
+    ],
+)
+def test_gateway_answers_bad_client_events_and_keeps_the_link(
+    data: bytes, code: str, details: dict[str, Any] | None
+) -> None:
+    core, link = started_gateway()
+    out = core.receive_text(link, data, 1)
+    error = error_of(out)
+    assert error["code"] == code and error["recoverable"] is True and error["seq"] == 1
+    assert error.get("details") == details
+    assert not of(ClientEvent, out) and not of(Close, [o.action for o in of(ToLink, out)])
+
+
+def test_gateway_answers_seq_regression_and_the_event_has_no_effect() -> None:
+    core, link = started_gateway()
+    assert of(ClientEvent, core.receive_text(link, client_event("dtmf.send", 5, digits="1"), 1))
+    for seq in (5, 4, 0):  # equal is a regression too
+        out = core.receive_text(link, client_event("dtmf.send", seq, digits="2"), 1)
+        error = error_of(out)
+        assert error["code"] == "OVP_SEQ_REGRESSION" and error["recoverable"] is True
+        assert error["details"] == {"event_seq": seq, "event_type": "dtmf.send"}
+        assert not of(ClientEvent, out)
+    assert of(ClientEvent, core.receive_text(link, client_event("dtmf.send", 6, digits="3"), 1))
+
+
+def test_gateway_answers_an_event_of_another_session() -> None:
+    core, link = started_gateway()
+    data = server_event("dtmf.send", 0, "other", digits="1")
+    assert error_of(core.receive_text(link, data, 1))["code"] == "OVP_EVENT_SCHEMA_INVALID"
+
+
+def test_gateway_applies_or_rejects_session_updates() -> None:
+    refused = []
+
+    def judge(patch: ovp.SessionPatch) -> str | None:
+        refused.append(patch)
+        return "unknown voice" if patch.voice_id == "nope" else None
+
+    core, link = started_gateway(accept_patch=judge)
+    out = core.receive_text(
+        link,
+        client_event(
+            "session.update",
+            0,
+            patch={"voice_id": "v2", "speech_rate": 1.5, "caller_context": {"tier": "gold"}},
+        ),
+        1,
+    )
+    assert of(ClientEvent, out)
+    assert core.agent is not None and core.agent.voice_id == "v2" and core.agent.speech_rate == 1.5
+    assert core.caller_context == {"tier": "gold"}
+    out = core.receive_text(
+        link, client_event("session.update", 1, patch={"voice_id": "nope", "language": "es-ES"}), 1
+    )
+    error = error_of(out)
+    assert error["code"] == "OVP_SESSION_UPDATE_REJECTED" and error["message"] == "unknown voice"
+    assert core.agent.voice_id == "v2" and core.agent.language == "en-US"  # atomic: nothing applied
+    assert len(refused) == 2
+
+
+def test_gateway_checks_state_dependent_client_events() -> None:
+    core, link = started_gateway()
+    release = client_event("supervisor.release", 0, operator_user_id="op")
+    assert error_of(core.receive_text(link, release, 1))["code"] == "OVP_EVENT_SCHEMA_INVALID"
+    core.receive_text(
+        link, client_event("supervisor.takeover", 1, operator_user_id="op", resumable=False), 1
+    )
+    release = client_event("supervisor.release", 2, operator_user_id="op")
+    assert error_of(core.receive_text(link, release, 1))["code"] == "OVP_EVENT_SCHEMA_INVALID"
+    core.receive_text(
+        link, client_event("supervisor.takeover", 3, operator_user_id="op", resumable=True), 1
+    )
+    release = client_event("supervisor.release", 4, operator_user_id="op")
+    assert of(ClientEvent, core.receive_text(link, release, 1))
+    accepted = client_event("agent.handoff_accepted", 5, operator_user_id="op", queue_wait_ms=1)
+    assert error_of(core.receive_text(link, accepted, 1))["code"] == "OVP_EVENT_SCHEMA_INVALID"
+    core.send(
+        ovp.AgentHandoffRequested,
+        {"reason": "policy", "caller_summary": "s", "sentiment": "neutral"},
+        1,
+    )
+    accepted = client_event("agent.handoff_accepted", 6, operator_user_id="op", queue_wait_ms=1)
+    assert of(ClientEvent, core.receive_text(link, accepted, 1))
+    done = client_event(
+        "agent.handoff_completed", 7, operator_user_id="op", agent_remains_observer=True
+    )
+    assert of(ClientEvent, core.receive_text(link, done, 1))
+    failed = client_event("agent.handoff_failed", 8, reason="timeout", fallback="continue_ai")
+    assert error_of(core.receive_text(link, failed, 1))["code"] == "OVP_EVENT_SCHEMA_INVALID"
+
+
+def test_gateway_reports_bad_frames_at_most_once_a_second() -> None:
+    core, link = started_gateway()
+    assert of(AudioIn, core.receive_binary(link, frame(0, 0), 1.0))
+    out = core.receive_binary(link, frame(1, 1), 1.0)  # direction must match the sender
+    error = error_of(out)
+    assert error["code"] == "OVP_AUDIO_FRAME_INVALID" and error["details"] == {"dropped_frames": 1}
+    for size in (0, 651, 653):
+        assert (
+            core.receive_binary(link, frame(0, 2, size=size) + b"x" * max(0, size - 652), 1.2) == []
+        )
+    assert core.next_deadline() == pytest.approx(2.0)
+    assert core.tick(1.9) == []
+    error = error_of(core.tick(2.0))
+    assert error["code"] == "OVP_AUDIO_FRAME_INVALID" and error["details"] == {"dropped_frames": 3}
+    error = error_of(core.receive_binary(link, frame(0, 0), 2.5))  # frame_seq did not advance
+    assert error["code"] == "OVP_SEQ_REGRESSION" and error["details"] == {"dropped_frames": 1}
+    assert core.receive_binary(link, frame(0, 0), 2.6) == []  # each code has its own limit
+    error = error_of(core.tick(3.5))
+    assert error["code"] == "OVP_SEQ_REGRESSION" and error["details"] == {"dropped_frames": 1}
+    assert of(AudioIn, core.receive_binary(link, frame(0, 1), 3.1))
+    assert core.client_frames == 2
+
+
+def test_gateway_ignores_frames_before_the_start() -> None:
+    core = GatewayCore(SESSION, epoch=EPOCH)
+    link, _ = core.open_link(0.0)
+    assert of(Ignored, core.receive_binary(link, frame(0, 0), 0))
+    assert of(Ignored, core.receive_text(link, client_event("dtmf.send", 0, digits="1"), 0))
+
+
+def drop_and_reopen(core: GatewayCore, link: int, at: float, reopen: float) -> int:
+    assert of(LinkDropped, core.link_lost(link, at))
+    new, out = core.open_link(reopen)
+    assert out == []
+    return new
+
+
+def test_gateway_resume_replays_missed_events_in_order_before_live_ones() -> None:
+    core, link = started_gateway()
+    for _ in range(3):
+        core.send(ovp.AgentThinking, {"turn_id": "t", "delta": "x"}, 1)  # seq 1..3
+    core.receive_text(link, client_event("dtmf.send", 0, digits="1"), 1)
+    new = drop_and_reopen(core, link, 2.0, 3.0)
+    out = core.send(ovp.AgentThinking, {"turn_id": "t", "delta": "y"}, 4.0)  # seq 4, buffered only
+    assert not of(ToLink, out)
+    assert of(Ignored, core.receive_binary(new, frame(0, 0), 5))  # before the resume
+    out = core.receive_text(new, client_event("session.resume", 1, last_server_seq=1), 5.0)
+    assert [t["seq"] for t in texts(out)] == [2, 3, 4]
+    assert all(o.link == new for o in of(ToLink, out)) and of(Resumed, out)[0].replayed == 3
+    out = core.send(ovp.AgentThinking, {"turn_id": "t", "delta": "z"}, 6.0)
+    assert texts(out)[0]["seq"] == 5 and of(ToLink, out)[0].link == new
+
+
+def test_gateway_resume_window_boundary_is_closed() -> None:
+    for delay, resumes in [(30.0, True), (30.001, False)]:
+        core, link = started_gateway()
+        new = drop_and_reopen(core, link, 10.0, 10.0)
+        assert core.dropped_at == 10.0
+        out = core.receive_text(
+            new, client_event("session.resume", 0, last_server_seq=0), 10.0 + delay
+        )
+        if resumes:
+            assert of(Resumed, out)
+        else:
+            error = error_of(out)
+            assert error["code"] == "OVP_RESUME_EXPIRED" and error["recoverable"] is False
+            assert error["seq"] == 1  # last_server_seq + 1, never a regression for the client
+            assert Close(1008, "resume refused") in [o.action for o in of(ToLink, out)]
+            assert of(SessionOver, out)[0].code == "OVP_RESUME_EXPIRED"
+
+
+def test_gateway_window_end_refuses_waiting_links_and_ends_the_session() -> None:
+    core, link = started_gateway()
+    new = drop_and_reopen(core, link, 10.0, 11.0)
+    bad = client_event("dtmf.send", 0, digits="1")
+    error = error_of(core.receive_text(new, bad, 12.0))  # the first event must be the resume
+    assert error["code"] == "OVP_EVENT_SCHEMA_INVALID"
+    assert core.tick(40.0) == []
+    out = core.tick(40.001)
+    assert error_of(out)["code"] == "OVP_RESUME_EXPIRED"
+    assert ToLink(new, Close(1008, "resume refused")) in out
+    assert of(SessionOver, out)[0].code == "OVP_RESUME_EXPIRED" and core.next_deadline() is None
+
+
+@pytest.mark.parametrize("last", [-1, "7", 1.5, None, 2**32])
+def test_gateway_fails_closed_on_a_malformed_last_server_seq(last: object) -> None:
+    core, link = started_gateway()
+    new = drop_and_reopen(core, link, 1.0, 1.0)
+    out = core.receive_text(new, client_event("session.resume", 0, last_server_seq=last), 2.0)
+    assert error_of(out)["code"] == "OVP_RESUME_EXPIRED" and of(SessionOver, out)
+
+
+def test_gateway_fails_closed_on_an_impossible_last_server_seq() -> None:
+    core, link = started_gateway()
+    new = drop_and_reopen(core, link, 1.0, 1.0)
+    out = core.receive_text(new, client_event("session.resume", 0, last_server_seq=7), 2.0)
+    error = error_of(out)
+    assert error["code"] == "OVP_RESUME_EXPIRED" and error["seq"] == 8
+
+
+def test_gateway_refuses_a_resume_it_can_no_longer_replay_in_full() -> None:
+    core, link = started_gateway()
+    core.send(ovp.AgentThinking, {"turn_id": "t", "delta": "x"}, 0.0)  # seq 1, at t=0
+    core.send(ovp.AgentThinking, {"turn_id": "t", "delta": "x"}, 61.0)  # seq 2; 0 and 1 evicted
+    new = drop_and_reopen(core, link, 62.0, 62.0)
+    out = core.receive_text(new, client_event("session.resume", 0, last_server_seq=0), 63.0)
+    assert error_of(out)["code"] == "OVP_RESUME_EXPIRED"
+
+
+def test_gateway_resume_checks_seq_and_is_refused_on_a_started_link() -> None:
+    core, link = started_gateway()
+    core.receive_text(link, client_event("dtmf.send", 4, digits="1"), 1)
+    resume = client_event("session.resume", 5, last_server_seq=0)
+    assert error_of(core.receive_text(link, resume, 1))["code"] == "OVP_EVENT_SCHEMA_INVALID"
+    new = drop_and_reopen(core, link, 2.0, 2.0)
+    restarted = client_event("session.resume", 0, last_server_seq=0)  # a client restarting its seq
+    error = error_of(core.receive_text(new, restarted, 3.0))
+    assert error["code"] == "OVP_SEQ_REGRESSION"
+    assert of(
+        Resumed, core.receive_text(new, client_event("session.resume", 5, last_server_seq=0), 3.0)
+    )
+
+
+def test_a_client_that_missed_session_end_gets_it_by_resuming_within_the_window() -> None:
+    core, link = started_gateway()
+    core.send(ovp.AgentThinking, {"turn_id": "t", "delta": "x"}, 1)  # seq 1
+    core.end("agent_ended", 2.0)  # seq 2, then close 1000, but the link dies instead
+    core.link_lost(link, 2.1)
+    late = core.open_link(5.0)[0]
+    out = core.receive_text(late, client_event("session.resume", 0, last_server_seq=0), 5.0)
+    assert [t["seq"] for t in texts(out)] == [1, 2] and texts(out)[1]["type"] == "session.end"
+    assert ToLink(late, Close(1000, "session ended")) in out
+    too_late = core.open_link(32.1)[0]
+    out = core.receive_text(too_late, client_event("session.resume", 1, last_server_seq=0), 32.1)
+    assert error_of(out)["code"] == "OVP_RESUME_EXPIRED"
+
+
+def test_gateway_resume_on_a_half_open_link_closes_the_old_one() -> None:
+    core, link = started_gateway()
+    new, _ = core.open_link(1.0)  # the old link was never seen to drop
+    out = core.receive_text(new, client_event("session.resume", 0, last_server_seq=0), 2.0)
+    assert ToLink(link, Close(1000, "resumed elsewhere")) in out and of(Resumed, out)
+    assert core.link_lost(link, 3.0) == []  # the old link is no longer the session's
+    assert core.current_link == new
+
+
+def test_replay_buffer_is_bounded_by_count_and_bytes() -> None:
+    core, _ = started_gateway()
+    for _ in range(ovp.REPLAY_BUFFER_MAX_EVENTS + 10):
+        core.send(ovp.AgentThinking, {"turn_id": "t", "delta": "x"}, 1)
+    assert core.replay_size[0] == ovp.REPLAY_BUFFER_MAX_EVENTS
+    big = "y" * 60000
+    for _ in range(100):
+        core.send(ovp.AgentThinking, {"turn_id": "t", "delta": big}, 1)
+    events, size = core.replay_size
+    assert size <= ovp.REPLAY_BUFFER_MAX_BYTES and events < 100
+
+
+@pytest.mark.parametrize(
+    ("code", "reason"),
+    [
+        ("OVP_LLM_UPSTREAM_FAILED", "error"),
+        ("OVP_STT_UPSTREAM_FAILED", "error"),
+        ("OVP_TTS_UPSTREAM_FAILED", "error"),
+        ("OVP_INTERNAL_ERROR", "error"),
+        ("OVP_CALLER_HANGUP", "caller_hangup"),
+        ("OVP_MAX_DURATION_EXCEEDED", "max_duration"),
+        ("OVP_SPEND_CAP_EXCEEDED", "spend_cap"),
+    ],
+)
+def test_gateway_fatal_errors_are_followed_by_session_end(code: str, reason: str) -> None:
+    core, link = started_gateway()
+    out = core.fail(code, "it broke", 2.0)
+    error, end = texts(out)
+    assert error["code"] == code and error["recoverable"] is False
+    assert end["type"] == "session.end" and end["reason"] == reason and end["error_code"] == code
+    assert ToLink(link, Close(1000, "session ended")) in out and core.over is not None
+
+
+def test_gateway_fail_follows_the_error_table() -> None:
+    core, _ = started_gateway()
+    error = error_of(core.fail("OVP_SEQ_REGRESSION", "m", 1))
+    assert error["recoverable"] is True and core.over is None
+    for code in (
+        "OVP_TOOL_UNKNOWN",
+        "OVP_TOOL_ARGS_INVALID",
+        "OVP_AUTH_FAILED",
+        "OVP_RESUME_EXPIRED",
+    ):
+        with pytest.raises(ValueError, match=code):
+            core.fail(code, "m", 1)
+    with pytest.raises(ValueError, match="recoverable: false"):
+        core.fail("OVP_INTERNAL_ERROR", "m", 1, recoverable=True)
+    with pytest.raises(ValueError, match="not in the error table"):
+        core.fail("ACME_RATE_LIMITED", "m", 1)
+    assert error_of(core.fail("ACME_RATE_LIMITED", "m", 1, recoverable=True))["recoverable"] is True
+
+
+def test_gateway_end_carries_the_final_stats() -> None:
+    core, link = started_gateway()
+    core.send(
+        ovp.AgentToolInvoke, {"turn_id": "t", "tool_call_id": "c", "name": "n", "arguments": {}}, 1
+    )
+    core.send(ovp.AgentBargeIn, {"turn_id": "t", "played_bytes": 32, "played_ms": 1}, 1)
+    core.send(ovp.AgentOutput, {"turn_id": "t", "text": "a", "final": False}, 1)
+    core.send(ovp.AgentOutput, {"turn_id": "t", "text": "ab", "final": True}, 1)
+    core.receive_binary(link, frame(0, 0), 1)
+    core.send_audio(PCM, 1)
+    cost = ovp.CostBreakdown(
+        llm_usd_micros=1, stt_usd_micros=2, tts_usd_micros=3, voice_termination_usd_micros=4
+    )
+    core.set_cost(cost)
+    end = texts(core.end("agent_ended", 2.5))[0]
+    assert end["stats"] == {
+        "duration_ms": 2500,
+        "turns": 1,
+        "tool_calls": 1,
+        "barge_ins": 1,
+        "client_frames": 1,
+        "server_frames": 1,
+        "total_cost_usd_micros": 10,
+        "cost_breakdown": {
+            "llm_usd_micros": 1,
+            "stt_usd_micros": 2,
+            "tts_usd_micros": 3,
+            "voice_termination_usd_micros": 4,
+        },
+    }
+    with pytest.raises(SessionStateError):
+        core.send(ovp.AgentThinking, {"turn_id": "t", "delta": "x"}, 3)
+
+
+def test_gateway_emits_quality_and_cost_every_five_seconds() -> None:
+    core, link = started_gateway()
+    assert core.next_deadline() == 5.0
+    assert core.tick(5.0) == []  # no values supplied yet
+    core.set_quality(packet_loss_pct=0.5, jitter_ms=3.0, rtt_ms=40.0, mos=4.2)
+    core.set_cost(
+        ovp.CostBreakdown(
+            llm_usd_micros=5, stt_usd_micros=0, tts_usd_micros=0, voice_termination_usd_micros=0
+        )
+    )
+    assert core.next_deadline() == 10.0
+    sent = texts(core.tick(10.0))
+    assert [t["type"] for t in sent] == ["call.quality.update", "agent.cost.tick"]
+    assert sent[0]["mos"] == 4.2 and sent[1]["total_cost_usd_micros"] == 5
+    core.link_lost(link, 11.0)
+    out = core.tick(15.0)  # no link: kept for the replay all the same
+    assert len(of(Sent, out)) == 2 and not of(ToLink, out)
+    assert [t for t in (core.tick(31.0)) if isinstance(t, Sent)] != []  # a stall skips slots
+
+
+def test_gateway_audio_while_the_client_is_away_is_dropped() -> None:
+    core, link = started_gateway()
+    (out,) = core.send_audio(PCM, 1)
+    assert isinstance(out, ToLink) and isinstance(out.action, SendBinary)
+    assert ovp.decode_frame(out.action.data, expected_direction=1).frame_seq == 0
+    core.link_lost(link, 2)
+    assert core.send_audio(PCM, 2) == [] and core.frames_unsent == 1
+    new = core.open_link(3)[0]
+    core.receive_text(new, client_event("session.resume", 0, last_server_seq=0), 3)
+    (out,) = core.send_audio(PCM, 4)
+    assert isinstance(out, ToLink) and isinstance(out.action, SendBinary)
+    frame_ = ovp.decode_frame(out.action.data)
+    assert frame_.frame_seq == 2 and frame_.rtp_timestamp == 640
+
+
+def test_gateway_ends_the_session_before_its_seq_passes_the_bound() -> None:
+    core, _ = started_gateway()
+    core._stamper.next_seq = ovp.MAX_SEQ - 1
+    out = core.send(ovp.AgentThinking, {"turn_id": "t", "delta": "x"}, 1)
+    error, end = texts(out)
+    assert (error["code"], error["seq"]) == ("OVP_INTERNAL_ERROR", ovp.MAX_SEQ - 1)
+    assert (end["type"], end["seq"]) == ("session.end", ovp.MAX_SEQ)
+
+
+def test_a_second_connection_before_the_start_supersedes_the_first() -> None:
+    core = GatewayCore(SESSION, epoch=EPOCH)
+    first, _ = core.open_link(0)
+    second, out = core.open_link(0)
+    assert out == [ToLink(first, Close(1000, "superseded"))] and core.current_link == second
+
+
+def test_abort_and_refuse_token() -> None:
+    core, link = started_gateway()
+    out = core.abort("shutting down", 1)
+    assert ToLink(link, Close(1011, "session aborted")) in out
+    assert of(SessionOver, out)[0].code == "OVP_INTERNAL_ERROR"
+    send, close = refuse_token(SESSION, "token expired", epoch=EPOCH, now=0)
+    assert isinstance(send, SendText) and close == Close(1008, "authentication failed")
+    assert json.loads(send.data) == {
+        "type": "error",
+        "seq": 0,
+        "ts": TS,
+        "session_id": SESSION,
+        "code": "OVP_AUTH_FAILED",
+        "message": "token expired",
+        "recoverable": False,
+    }
