@@ -20,14 +20,22 @@ NOT_EXPRESSIBLE = (
     "uniqueness of one field of array items (unique_by; x-unique-by records it)",
     "integers written with a fraction or exponent (1.0, 1e2): JSON Schema calls them integers",
     "the largest message, counted on the encoded bytes",
+    "the calendar of a date-time (the pattern lets 30 February through)",
 )
+
+RFC3339 = (
+    r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:"
+    r"[0-5][0-9](\.[0-9]+)?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$"
+)
+"""An RFC 3339 date-time with its zone, field by field in range (the calendar is not checked)."""
 
 _PRIMITIVE: dict[str, dict[str, Any]] = {
     "string": {"type": "string"},
     "integer": {"type": "integer"},
     "number": {"type": "number"},
     "boolean": {"type": "boolean"},
-    "datetime": {"type": "string", "format": "date-time"},
+    # format is only an annotation unless a validator opts in: the pattern states the form.
+    "datetime": {"type": "string", "format": "date-time", "pattern": RFC3339},
     "object": {"type": "object"},
     "any": {},
 }

@@ -46,6 +46,7 @@ UNKNOWN_TYPE_ACCEPTED: Final = "unknown-type-accepted"
 PATTERN_TRAILING_NEWLINE: Final = "pattern-trailing-newline"
 BLANK_PYTHON_WHITESPACE: Final = "blank-python-whitespace"
 BLANK_ECMA_WHITESPACE: Final = "blank-ecma-whitespace"
+DATE_TIME_CALENDAR: Final = "date-time-calendar"
 
 ECMA_WHITESPACE: Final = frozenset(
     "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
@@ -170,6 +171,8 @@ def _json_types(f: Field) -> frozenset[str]:
         kinds = {"object"}
     elif kind == "number":
         kinds = {"integer", "number"}
+    elif kind == "datetime":
+        kinds = {"string"}
     else:
         kinds = {kind}
     if f.nullable:
@@ -473,6 +476,12 @@ class _Builder:
             yield from self._numbers(f)
         elif kind == "string":
             yield from self._strings(f, current)
+        elif kind == "datetime":
+            yield "datetime_utc", "2026-05-14T12:34:56Z", set()
+            yield "datetime_offset", "2026-05-14T14:34:56.5+02:00", set()
+            yield "datetime_no_zone", "2026-05-14T12:34:56", {EXPRESSIBLE}
+            yield "datetime_not_a_date", "yesterday", {EXPRESSIBLE}
+            yield "datetime_30_february", "2026-02-30T12:34:56Z", {DATE_TIME_CALENDAR}
         elif kind == "enum":
             assert ref.enum is not None
             values = [v.value for v in ref.enum.values]

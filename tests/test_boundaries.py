@@ -335,7 +335,17 @@ def test_ovp_messages_are_at_most_64_kib(size: int, code: str | None) -> None:
         (
             wire(type="agent.cancel", **{**ENVELOPE_OVP, "ts": "2026-05-14T12:34:56+00:00"}),
             "client",
-            "OVP_EVENT_SCHEMA_INVALID",
+            None,  # an offset names the instant too (decision ts-rfc3339)
+        ),
+        (
+            wire(type="agent.cancel", **{**ENVELOPE_OVP, "ts": "2026-02-30T12:34:56Z"}),
+            "client",
+            "OVP_EVENT_SCHEMA_INVALID",  # not on the calendar
+        ),
+        (
+            wire(type="agent.cancel", **{**ENVELOPE_OVP, "ts": "2026-05-14T12:34:56"}),
+            "client",
+            "OVP_EVENT_SCHEMA_INVALID",  # no zone
         ),
         (
             wire(type="agent.cancel", **{**ENVELOPE_OVP, "ts": "2026-05-14T12:34:56Z\n"}),

@@ -51,6 +51,7 @@ from tests.schema_corpus import (
 )
 from voxwire import brisvox, ovp
 from voxwire._codec import UnknownMessage
+from voxwire.conformance import json_equal
 from voxwire.schema import json_schema
 
 PROTOCOLS = ("brisvox", "ovp")
@@ -127,6 +128,12 @@ DISAGREEMENTS: dict[str, Disagreement] = {
         False, False, False,
         "a message of a type nobody sends, from a sender whose unknown types the spec accepts: "
         "the union's last branch takes it",
+    ),
+    "date-time-calendar": Disagreement(
+        True, False, False,
+        "a date-time in the form but not on the calendar (30 February): the pattern checks each "
+        "field's range, the decoder the date",
+        not_expressible="the calendar of a date-time",
     ),
     "pattern-trailing-newline": Disagreement(
         True, False, True,
@@ -733,7 +740,11 @@ def test_the_oracle_and_voxwire_decode_every_example_alike(
             for sender_id in m.senders:
                 ours = codec.decode(raw, sender=sender_id)
                 expected = msgspec.to_builtins(omit_defaults(ours))
-                assert msgspec.to_builtins(omit_defaults(theirs)) == expected, (m.type, index)
+                # date-times compare by instant: the oracle keeps the text, voxwire a datetime
+                assert json_equal(msgspec.to_builtins(omit_defaults(theirs)), expected), (
+                    m.type,
+                    index,
+                )
                 # The oracle's union of that sender picks the same message by its tag.
                 union = getattr(oracle, protocol.sender(sender_id).union_name)
                 picked = msgspec.json.decode(raw, type=union)
@@ -761,7 +772,9 @@ def test_the_oracle_decodes_every_valid_variant_like_voxwire(
     for case in valid:
         theirs = msgspec.json.decode(case.raw, type=getattr(oracle, case.schema))
         ours = codec.decode(case.raw, sender=case.sender)
-        if msgspec.to_builtins(omit_defaults(theirs)) != msgspec.to_builtins(omit_defaults(ours)):
+        if not json_equal(
+            msgspec.to_builtins(omit_defaults(theirs)), msgspec.to_builtins(omit_defaults(ours))
+        ):
             failures.append(case.label)
     assert not failures, _report(failures, len(valid), "the oracle reads it otherwise")
 

@@ -15,9 +15,9 @@ from tests.test_ovp_handshake import accept_any, echoing
 from tests.test_ovp_support import (
     AGENT,
     CALL,
+    MOMENT,
     PCM,
     SESSION,
-    TS,
     collecting,
     endpoint,
     event,
@@ -399,7 +399,7 @@ def fake_gateway(*messages: str | bytes) -> Any:
 def start_json(**changes: Any) -> str:
     start = ovp.SessionStart(
         seq=0,
-        ts=TS,
+        ts=MOMENT,
         session_id=SESSION,
         protocol_version="1.0",
         call=CALL,
@@ -414,7 +414,7 @@ def start_json(**changes: Any) -> str:
 def test_the_client_drops_bad_server_messages_and_goes_on() -> None:
     end = ovp.SessionEnd(
         seq=3,
-        ts=TS,
+        ts=MOMENT,
         session_id=SESSION,
         reason="caller_hangup",
         stats=ovp.FinalStats(

@@ -6,6 +6,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
+from datetime import datetime
 from typing import Any, TypeVar
 
 from websockets.asyncio.client import ClientConnection, connect
@@ -37,6 +38,8 @@ AGENT = ovp.AgentConfig(
     tools=[],
 )
 TS = "2026-05-14T12:34:56.000Z"
+MOMENT = datetime.fromisoformat(TS)
+"""TS as the envelope's field holds it: a timezone-aware datetime."""
 PCM = bytes(range(256)) * 2 + bytes(128)  # 640 bytes, not all zero
 
 

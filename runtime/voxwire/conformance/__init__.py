@@ -20,6 +20,7 @@ import collections
 import importlib
 import json
 import queue
+import re
 import shlex
 import subprocess
 import sys
@@ -27,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from importlib import resources
 from pathlib import Path
 from types import ModuleType
@@ -89,7 +91,10 @@ class Case:
 
 
 def json_equal(a: Any, b: Any) -> bool:
-    """JSON equality: numbers by value (1 == 1.0), a boolean never equal to a number."""
+    """JSON equality: numbers by value (1 == 1.0), a boolean never equal to a number, and two
+    RFC 3339 date-times with a zone by the instant they name (...56Z == ...56.000Z)."""
+    if isinstance(a, str) and isinstance(b, str) and a != b:
+        return _same_instant(a, b)
     if isinstance(a, bool) or isinstance(b, bool):
         return isinstance(a, bool) and isinstance(b, bool) and a == b
     if isinstance(a, int | float) and isinstance(b, int | float):
@@ -105,6 +110,24 @@ def json_equal(a: Any, b: Any) -> bool:
             isinstance(b, dict) and a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
         )
     return type(a) is type(b) and bool(a == b)
+
+
+_DATE_TIME = re.compile(r"^\d{4}-\d\d-\d\d[Tt ]\d\d:\d\d:\d\d(\.\d+)?([Zz]|[+-]\d\d:\d\d)$")
+
+
+def _same_instant(a: str, b: str) -> bool:
+    if not (_DATE_TIME.match(a) and _DATE_TIME.match(b)):
+        return False
+    try:
+        return datetime.fromisoformat(_micro(a)) == datetime.fromisoformat(_micro(b))
+    except ValueError:
+        return False
+
+
+def _micro(text: str) -> str:
+    """The date-time with at most 6 fraction digits (what datetime reads), upper-case Z."""
+    text = text.upper().replace(" ", "T")
+    return re.sub(r"\.(\d{6})\d+", r".\1", text)
 
 
 # -- reading vectors ---------------------------------------------------------------------------

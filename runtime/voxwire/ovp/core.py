@@ -264,9 +264,8 @@ GatewayOutput: TypeAlias = (
 # ----------------------------------------------------------------------------- shared parts
 
 
-def _timestamp(seconds: float) -> str:
-    moment = datetime.fromtimestamp(seconds, UTC)
-    return f"{moment:%Y-%m-%dT%H:%M:%S}.{moment.microsecond // 1000:03d}Z"
+def _timestamp(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, UTC)
 
 
 def _describe(error: ProtocolError) -> str:
@@ -293,7 +292,7 @@ class _Stamper:
         self.next_seq += 1
         return message, data
 
-    def ts(self, now: float) -> str:
+    def ts(self, now: float) -> datetime:
         return _timestamp(self.epoch + now)
 
 
