@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 
 from benchmarks.codec import TARGETS, Group, run_codec_benchmarks
+from benchmarks.transport import Level, run_transport_benchmarks, sustained
 
 __all__ = ["main"]
 
@@ -54,6 +55,25 @@ def _table(group: Group) -> str:
     return "\n".join(lines)
 
 
+def _transport_table(transport: dict[str, list[Level]], seconds: float) -> str:
+    names = {"ovp": "voxwire OVP gateway", "echo": "bare websockets echo"}
+    lines = [
+        f"## Concurrent real-time calls ({seconds:g} s of 50 fps audio each way per level)",
+        "",
+        "| server | calls | frame echo p50 | p99 | frames lost | under 20 ms |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    for server, ramp in transport.items():
+        for lv in ramp:
+            lost = lv.frames_expected - lv.frames_back
+            ok = "yes" if lv.sustained else "no"
+            lines.append(
+                f"| {names[server]} | {lv.calls} | {lv.p50_ms:.1f} ms | {lv.p99_ms:.1f} ms | "
+                f"{lost} | {ok} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks", description=__doc__.split("\n\n")[0]
@@ -67,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--json", type=Path, help="also write the results as JSON (for docs/performance.md)"
+    )
+    parser.add_argument(
+        "--no-transport", action="store_true", help="skip the concurrent-calls transport run"
     )
     args = parser.parse_args(argv)
     rounds, size = (3, 300) if args.quick else (args.rounds, args.size)
@@ -93,6 +116,27 @@ def main(argv: list[str] | None = None) -> int:
         )
         verdict = "met   " if ok else "MISSED"
         print(f"- {verdict} {target.group}: {target.description} (measured {ratio:.2f}x)")
+    transport: dict[str, list[Level]] = {}
+    if not args.no_transport:
+        levels, seconds = ([10, 25], 1.0) if args.quick else ([25, 50, 100, 150, 200, 300], 3.0)
+        transport = run_transport_benchmarks(levels, seconds)
+        print(_transport_table(transport, seconds))
+        gateway, echo = sustained(transport["ovp"]), sustained(transport["echo"])
+        share = gateway / echo if echo else 0.0
+        ok = share >= 0.85
+        missed += not ok
+        verdicts.append(
+            {
+                "group": "OVP transport",
+                "target": "the gateway sustains at least 85% of the calls a bare echo does",
+                "ratio": round(share, 2),
+                "met": ok,
+            }
+        )
+        verdict = "met   " if ok else "MISSED"
+        print(
+            f"- {verdict} OVP transport: {gateway} calls vs {echo} for the bare echo ({share:.0%})"
+        )
     if args.json:
         report = {
             "machine": machine,
@@ -113,10 +157,24 @@ def main(argv: list[str] | None = None) -> int:
                 }
                 for g in groups
             ],
+            "transport": {
+                server: [
+                    {
+                        "calls": lv.calls,
+                        "p50_ms": round(lv.p50_ms, 2),
+                        "p99_ms": round(lv.p99_ms, 2),
+                        "frames_lost": lv.frames_expected - lv.frames_back,
+                        "sustained": lv.sustained,
+                    }
+                    for lv in ramp
+                ]
+                for server, ramp in transport.items()
+            },
             "targets": verdicts,
         }
         args.json.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"\n{len(TARGETS) - missed} of {len(TARGETS)} targets met")
+    total = len(TARGETS) + (0 if args.no_transport else 1)
+    print(f"\n{total - missed} of {total} targets met")
     return 0
 
 

@@ -493,7 +493,7 @@ class _Builder:
             class_name=name,
             message_type=message_type,
             doc=docstring(
-                f"Check the values of a {what}; ``full`` adds the rules decoding enforces itself."
+                f"Check the values of {what}; ``full`` adds the rules decoding enforces itself."
             ),
             body=body,
         )
@@ -586,20 +586,16 @@ class _Builder:
                 decode_calls.append(f"min_bytes({value}, {_bound(f.min_bytes)})")
             if f.max_bytes is not None:
                 decode_calls.append(f"max_bytes({value}, {_bound(f.max_bytes)})")
-            if f.type.kind == "string":
-                if f.min_length is not None:
-                    full_calls.append(f"min_chars({value}, {_bound(f.min_length)})")
-                if f.max_length is not None:
-                    full_calls.append(f"max_chars({value}, {_bound(f.max_length)})")
+            if f.type.kind == "string" and (f.min_length or f.max_length) is not None:
+                full_lines += self._inline_range(
+                    f"len({value})", f.min_length, f.max_length, invalid, where, "characters"
+                )
             if f.pattern is not None:
                 full_calls.append(f"matches({value}, {self._pattern_name(f.pattern)})")
         elif kind in ("integer", "number"):
             if kind == "number":
                 full_calls.append(f"finite({value})")
-            if f.minimum is not None:
-                full_calls.append(f"min_value({value}, {_bound(f.minimum)})")
-            if f.maximum is not None:
-                full_calls.append(f"max_value({value}, {_bound(f.maximum)})")
+            full_lines += self._inline_range(value, f.minimum, f.maximum, invalid, where, "")
         elif kind == "datetime":
             full_calls.append(f"aware({value})")
         elif kind in ("object", "any"):
@@ -629,6 +625,24 @@ class _Builder:
         if full_calls:
             full_lines = self._chain([], full_calls, invalid, where) + full_lines
         return decode_lines, full_lines
+
+    def _inline_range(
+        self, measure: str, low: Bound | None, high: Bound | None, code: str, where: str, unit: str
+    ) -> list[str]:
+        """A range check as one inline comparison; the helper words the problem once it fails.
+
+        ``measure`` is the value or its ``len(...)``; encode runs these on every message, so the
+        common case must cost a comparison, not a call.
+        """
+        if low is None and high is None:
+            return []
+        lo, hi = (_bound(b) if b is not None else None for b in (low, high))
+        if lo is not None and hi is not None:
+            fails = f"not {lo} <= {measure} <= {hi}"
+        else:
+            fails = f"{measure} < {lo}" if lo is not None else f"{measure} > {hi}"
+        problem = f"out_of_range({measure}, {lo}, {hi}, {unit!r})"
+        return [f"if {fails}:", f"    {self._raise(code, where, problem)}"]
 
     def _pattern_name(self, pattern: str) -> str:
         return names.pattern(sorted(self.patterns()).index(pattern))

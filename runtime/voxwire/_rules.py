@@ -36,6 +36,7 @@ __all__ = [
     "min_value",
     "not_blank",
     "one_of",
+    "out_of_range",
     "requires",
     "unique",
     "utf8_size",
@@ -95,6 +96,14 @@ def min_value(number: float, limit: float) -> str | None:
 
 def max_value(number: float, limit: float) -> str | None:
     return None if number <= limit else f"{number!r} is above the maximum {limit!r}"
+
+
+def out_of_range(measure: float, low: float | None, high: float | None, unit: str) -> str:
+    """How ``measure`` (a number, or a length in ``unit``) misses its range (it does)."""
+    shown = f"{measure!r} {unit}".strip()
+    if low is not None and measure < low:
+        return f"{shown}, at least {low!r}"
+    return f"{shown}, at most {high!r}"
 
 
 def finite(number: float) -> str | None:

@@ -23,14 +23,11 @@ from voxwire._rules import (
     json_value_problem,
     matches,
     max_bytes,
-    max_chars,
     max_items,
-    max_value,
     min_bytes,
-    min_chars,
-    min_value,
     not_blank,
     one_of,
+    out_of_range,
     requires,
     unique,
 )
@@ -167,155 +164,139 @@ _PATTERN_2: Final = re.compile(r"^\+[0-9]{8,15}$")
 def check_resume_info(
     value: ResumeInfo, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a ``ResumeInfo``; ``full`` adds the rules decoding enforces itself."""
-    if (
-        full
-        and (problem := min_value(value.attempt, 1) or max_value(value.attempt, JSON_SAFE_INTEGER))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.attempt", message_type=message_type
-        )
-    if (
-        full
-        and (
-            problem := min_value(value.previous_seq, 1)
-            or max_value(value.previous_seq, JSON_SAFE_INTEGER)
-        )
-        is not None
-    ):
+    """Check the values of ``ResumeInfo``; ``full`` adds the rules decoding enforces itself."""
+    if full and not 1 <= value.attempt <= JSON_SAFE_INTEGER:
         raise ProtocolError(
             ErrorCode.INVALID_ARGUMENT,
-            problem,
+            out_of_range(value.attempt, 1, JSON_SAFE_INTEGER, ""),
+            path=f"{path}.attempt",
+            message_type=message_type,
+        )
+    if full and not 1 <= value.previous_seq <= JSON_SAFE_INTEGER:
+        raise ProtocolError(
+            ErrorCode.INVALID_ARGUMENT,
+            out_of_range(value.previous_seq, 1, JSON_SAFE_INTEGER, ""),
             path=f"{path}.previous_seq",
             message_type=message_type,
         )
-    if (
-        full
-        and (problem := min_value(value.down_ms, 0) or max_value(value.down_ms, JSON_SAFE_INTEGER))
-        is not None
-    ):
+    if full and not 0 <= value.down_ms <= JSON_SAFE_INTEGER:
         raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.down_ms", message_type=message_type
+            ErrorCode.INVALID_ARGUMENT,
+            out_of_range(value.down_ms, 0, JSON_SAFE_INTEGER, ""),
+            path=f"{path}.down_ms",
+            message_type=message_type,
         )
 
 
 def check_call_identity(
     value: CallIdentity, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a ``CallIdentity``; ``full`` adds the rules decoding enforces itself."""
+    """Check the values of ``CallIdentity``; ``full`` adds the rules decoding enforces itself."""
 
 
 def check_metrics(
     value: Metrics, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a ``Metrics``; ``full`` adds the rules decoding enforces itself."""
-    if (
-        value.end_of_turn_ms is not UNSET
-        and value.end_of_turn_ms is not None
-        and full
-        and (problem := finite(value.end_of_turn_ms) or min_value(value.end_of_turn_ms, 0))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT,
-            problem,
-            path=f"{path}.end_of_turn_ms",
-            message_type=message_type,
-        )
-    if (
-        value.stt_final_ms is not UNSET
-        and value.stt_final_ms is not None
-        and full
-        and (problem := finite(value.stt_final_ms) or min_value(value.stt_final_ms, 0)) is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT,
-            problem,
-            path=f"{path}.stt_final_ms",
-            message_type=message_type,
-        )
-    if (
-        value.llm_ttft_ms is not UNSET
-        and value.llm_ttft_ms is not None
-        and full
-        and (problem := finite(value.llm_ttft_ms) or min_value(value.llm_ttft_ms, 0)) is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT,
-            problem,
-            path=f"{path}.llm_ttft_ms",
-            message_type=message_type,
-        )
-    if (
-        value.tts_ttfb_ms is not UNSET
-        and value.tts_ttfb_ms is not None
-        and full
-        and (problem := finite(value.tts_ttfb_ms) or min_value(value.tts_ttfb_ms, 0)) is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT,
-            problem,
-            path=f"{path}.tts_ttfb_ms",
-            message_type=message_type,
-        )
-    if (
-        value.response_ms is not UNSET
-        and value.response_ms is not None
-        and full
-        and (problem := finite(value.response_ms) or min_value(value.response_ms, 0)) is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT,
-            problem,
-            path=f"{path}.response_ms",
-            message_type=message_type,
-        )
+    """Check the values of ``Metrics``; ``full`` adds the rules decoding enforces itself."""
+    if value.end_of_turn_ms is not UNSET and value.end_of_turn_ms is not None and full:
+        if (problem := finite(value.end_of_turn_ms)) is not None:
+            raise ProtocolError(
+                ErrorCode.INVALID_ARGUMENT,
+                problem,
+                path=f"{path}.end_of_turn_ms",
+                message_type=message_type,
+            )
+        if value.end_of_turn_ms < 0:
+            raise ProtocolError(
+                ErrorCode.INVALID_ARGUMENT,
+                out_of_range(value.end_of_turn_ms, 0, None, ""),
+                path=f"{path}.end_of_turn_ms",
+                message_type=message_type,
+            )
+    if value.stt_final_ms is not UNSET and value.stt_final_ms is not None and full:
+        if (problem := finite(value.stt_final_ms)) is not None:
+            raise ProtocolError(
+                ErrorCode.INVALID_ARGUMENT,
+                problem,
+                path=f"{path}.stt_final_ms",
+                message_type=message_type,
+            )
+        if value.stt_final_ms < 0:
+            raise ProtocolError(
+                ErrorCode.INVALID_ARGUMENT,
+                out_of_range(value.stt_final_ms, 0, None, ""),
+                path=f"{path}.stt_final_ms",
+                message_type=message_type,
+            )
+    if value.llm_ttft_ms is not UNSET and value.llm_ttft_ms is not None and full:
+        if (problem := finite(value.llm_ttft_ms)) is not None:
+            raise ProtocolError(
+                ErrorCode.INVALID_ARGUMENT,
+                problem,
+                path=f"{path}.llm_ttft_ms",
+                message_type=message_type,
+            )
+        if value.llm_ttft_ms < 0:
+            raise ProtocolError(
+                ErrorCode.INVALID_ARGUMENT,
+                out_of_range(value.llm_ttft_ms, 0, None, ""),
+                path=f"{path}.llm_ttft_ms",
+                message_type=message_type,
+            )
+    if value.tts_ttfb_ms is not UNSET and value.tts_ttfb_ms is not None and full:
+        if (problem := finite(value.tts_ttfb_ms)) is not None:
+            raise ProtocolError(
+                ErrorCode.INVALID_ARGUMENT,
+                problem,
+                path=f"{path}.tts_ttfb_ms",
+                message_type=message_type,
+            )
+        if value.tts_ttfb_ms < 0:
+            raise ProtocolError(
+                ErrorCode.INVALID_ARGUMENT,
+                out_of_range(value.tts_ttfb_ms, 0, None, ""),
+                path=f"{path}.tts_ttfb_ms",
+                message_type=message_type,
+            )
+    if value.response_ms is not UNSET and value.response_ms is not None and full:
+        if (problem := finite(value.response_ms)) is not None:
+            raise ProtocolError(
+                ErrorCode.INVALID_ARGUMENT,
+                problem,
+                path=f"{path}.response_ms",
+                message_type=message_type,
+            )
+        if value.response_ms < 0:
+            raise ProtocolError(
+                ErrorCode.INVALID_ARGUMENT,
+                out_of_range(value.response_ms, 0, None, ""),
+                path=f"{path}.response_ms",
+                message_type=message_type,
+            )
 
 
 def check_token_usage(
     value: TokenUsage, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a ``TokenUsage``; ``full`` adds the rules decoding enforces itself."""
-    if (
-        full
-        and (
-            problem := min_value(value.input_tokens, 0)
-            or max_value(value.input_tokens, JSON_SAFE_INTEGER)
-        )
-        is not None
-    ):
+    """Check the values of ``TokenUsage``; ``full`` adds the rules decoding enforces itself."""
+    if full and not 0 <= value.input_tokens <= JSON_SAFE_INTEGER:
         raise ProtocolError(
             ErrorCode.INVALID_ARGUMENT,
-            problem,
+            out_of_range(value.input_tokens, 0, JSON_SAFE_INTEGER, ""),
             path=f"{path}.input_tokens",
             message_type=message_type,
         )
-    if (
-        full
-        and (
-            problem := min_value(value.cached_input_tokens, 0)
-            or max_value(value.cached_input_tokens, JSON_SAFE_INTEGER)
-        )
-        is not None
-    ):
+    if full and not 0 <= value.cached_input_tokens <= JSON_SAFE_INTEGER:
         raise ProtocolError(
             ErrorCode.INVALID_ARGUMENT,
-            problem,
+            out_of_range(value.cached_input_tokens, 0, JSON_SAFE_INTEGER, ""),
             path=f"{path}.cached_input_tokens",
             message_type=message_type,
         )
-    if (
-        full
-        and (
-            problem := min_value(value.output_tokens, 0)
-            or max_value(value.output_tokens, JSON_SAFE_INTEGER)
-        )
-        is not None
-    ):
+    if full and not 0 <= value.output_tokens <= JSON_SAFE_INTEGER:
         raise ProtocolError(
             ErrorCode.INVALID_ARGUMENT,
-            problem,
+            out_of_range(value.output_tokens, 0, JSON_SAFE_INTEGER, ""),
             path=f"{path}.output_tokens",
             message_type=message_type,
         )
@@ -324,23 +305,43 @@ def check_token_usage(
 def check_stage_latency(
     value: StageLatency, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a ``StageLatency``; ``full`` adds the rules decoding enforces itself."""
-    if full and (problem := finite(value.avg_ms) or min_value(value.avg_ms, 0)) is not None:
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.avg_ms", message_type=message_type
-        )
-    if full and (problem := finite(value.max_ms) or min_value(value.max_ms, 0)) is not None:
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.max_ms", message_type=message_type
-        )
+    """Check the values of ``StageLatency``; ``full`` adds the rules decoding enforces itself."""
+    if full:
+        if (problem := finite(value.avg_ms)) is not None:
+            raise ProtocolError(
+                ErrorCode.INVALID_ARGUMENT,
+                problem,
+                path=f"{path}.avg_ms",
+                message_type=message_type,
+            )
+        if value.avg_ms < 0:
+            raise ProtocolError(
+                ErrorCode.INVALID_ARGUMENT,
+                out_of_range(value.avg_ms, 0, None, ""),
+                path=f"{path}.avg_ms",
+                message_type=message_type,
+            )
+    if full:
+        if (problem := finite(value.max_ms)) is not None:
+            raise ProtocolError(
+                ErrorCode.INVALID_ARGUMENT,
+                problem,
+                path=f"{path}.max_ms",
+                message_type=message_type,
+            )
+        if value.max_ms < 0:
+            raise ProtocolError(
+                ErrorCode.INVALID_ARGUMENT,
+                out_of_range(value.max_ms, 0, None, ""),
+                path=f"{path}.max_ms",
+                message_type=message_type,
+            )
 
 
 def check_latency_summary(
     value: LatencySummary, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a ``LatencySummary``; ``full`` adds the rules decoding enforces
-    itself.
-    """
+    """Check the values of ``LatencySummary``; ``full`` adds the rules decoding enforces itself."""
     if value.end_of_turn is not UNSET and value.end_of_turn is not None and full:
         check_stage_latency(value.end_of_turn, full, f"{path}.end_of_turn", message_type)
     if value.stt_final is not UNSET and value.stt_final is not None and full:
@@ -356,60 +357,32 @@ def check_latency_summary(
 def check_llm_usage(
     value: LlmUsage, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a ``LlmUsage``; ``full`` adds the rules decoding enforces itself."""
-    if (
-        full
-        and (
-            problem := min_value(value.input_tokens, 0)
-            or max_value(value.input_tokens, JSON_SAFE_INTEGER)
-        )
-        is not None
-    ):
+    """Check the values of ``LlmUsage``; ``full`` adds the rules decoding enforces itself."""
+    if full and not 0 <= value.input_tokens <= JSON_SAFE_INTEGER:
         raise ProtocolError(
             ErrorCode.INVALID_ARGUMENT,
-            problem,
+            out_of_range(value.input_tokens, 0, JSON_SAFE_INTEGER, ""),
             path=f"{path}.input_tokens",
             message_type=message_type,
         )
-    if (
-        full
-        and (
-            problem := min_value(value.cached_input_tokens, 0)
-            or max_value(value.cached_input_tokens, JSON_SAFE_INTEGER)
-        )
-        is not None
-    ):
+    if full and not 0 <= value.cached_input_tokens <= JSON_SAFE_INTEGER:
         raise ProtocolError(
             ErrorCode.INVALID_ARGUMENT,
-            problem,
+            out_of_range(value.cached_input_tokens, 0, JSON_SAFE_INTEGER, ""),
             path=f"{path}.cached_input_tokens",
             message_type=message_type,
         )
-    if (
-        full
-        and (
-            problem := min_value(value.output_tokens, 0)
-            or max_value(value.output_tokens, JSON_SAFE_INTEGER)
-        )
-        is not None
-    ):
+    if full and not 0 <= value.output_tokens <= JSON_SAFE_INTEGER:
         raise ProtocolError(
             ErrorCode.INVALID_ARGUMENT,
-            problem,
+            out_of_range(value.output_tokens, 0, JSON_SAFE_INTEGER, ""),
             path=f"{path}.output_tokens",
             message_type=message_type,
         )
-    if (
-        full
-        and (
-            problem := min_value(value.responses_without_usage, 0)
-            or max_value(value.responses_without_usage, JSON_SAFE_INTEGER)
-        )
-        is not None
-    ):
+    if full and not 0 <= value.responses_without_usage <= JSON_SAFE_INTEGER:
         raise ProtocolError(
             ErrorCode.INVALID_ARGUMENT,
-            problem,
+            out_of_range(value.responses_without_usage, 0, JSON_SAFE_INTEGER, ""),
             path=f"{path}.responses_without_usage",
             message_type=message_type,
         )
@@ -418,35 +391,32 @@ def check_llm_usage(
 def check_stt_usage(
     value: SttUsage, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a ``SttUsage``; ``full`` adds the rules decoding enforces itself."""
-    if (
-        full
-        and (problem := finite(value.audio_seconds) or min_value(value.audio_seconds, 0))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT,
-            problem,
-            path=f"{path}.audio_seconds",
-            message_type=message_type,
-        )
+    """Check the values of ``SttUsage``; ``full`` adds the rules decoding enforces itself."""
+    if full:
+        if (problem := finite(value.audio_seconds)) is not None:
+            raise ProtocolError(
+                ErrorCode.INVALID_ARGUMENT,
+                problem,
+                path=f"{path}.audio_seconds",
+                message_type=message_type,
+            )
+        if value.audio_seconds < 0:
+            raise ProtocolError(
+                ErrorCode.INVALID_ARGUMENT,
+                out_of_range(value.audio_seconds, 0, None, ""),
+                path=f"{path}.audio_seconds",
+                message_type=message_type,
+            )
 
 
 def check_tts_usage(
     value: TtsUsage, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a ``TtsUsage``; ``full`` adds the rules decoding enforces itself."""
-    if (
-        full
-        and (
-            problem := min_value(value.characters, 0)
-            or max_value(value.characters, JSON_SAFE_INTEGER)
-        )
-        is not None
-    ):
+    """Check the values of ``TtsUsage``; ``full`` adds the rules decoding enforces itself."""
+    if full and not 0 <= value.characters <= JSON_SAFE_INTEGER:
         raise ProtocolError(
             ErrorCode.INVALID_ARGUMENT,
-            problem,
+            out_of_range(value.characters, 0, JSON_SAFE_INTEGER, ""),
             path=f"{path}.characters",
             message_type=message_type,
         )
@@ -455,7 +425,7 @@ def check_tts_usage(
 def check_usage_summary(
     value: UsageSummary, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a ``UsageSummary``; ``full`` adds the rules decoding enforces itself."""
+    """Check the values of ``UsageSummary``; ``full`` adds the rules decoding enforces itself."""
     if value.llm is not UNSET and value.llm is not None and full:
         check_llm_usage(value.llm, full, f"{path}.llm", message_type)
     if value.stt is not UNSET and value.stt is not None and full:
@@ -467,27 +437,25 @@ def check_usage_summary(
 def check_command_error(
     value: CommandError, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a ``CommandError``; ``full`` adds the rules decoding enforces itself."""
+    """Check the values of ``CommandError``; ``full`` adds the rules decoding enforces itself."""
 
 
 def check_tool_declaration(
     value: ToolDeclaration, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a ``ToolDeclaration``; ``full`` adds the rules decoding enforces
-    itself.
-    """
-    if (
-        full
-        and (
-            problem := min_chars(value.name, 1)
-            or max_chars(value.name, MAX_TOOL_NAME_LENGTH)
-            or matches(value.name, _PATTERN_1)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.name", message_type=message_type
-        )
+    """Check the values of ``ToolDeclaration``; ``full`` adds the rules decoding enforces itself."""
+    if full:
+        if (problem := matches(value.name, _PATTERN_1)) is not None:
+            raise ProtocolError(
+                ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.name", message_type=message_type
+            )
+        if not 1 <= len(value.name) <= MAX_TOOL_NAME_LENGTH:
+            raise ProtocolError(
+                ErrorCode.INVALID_ARGUMENT,
+                out_of_range(len(value.name), 1, MAX_TOOL_NAME_LENGTH, "characters"),
+                path=f"{path}.name",
+                message_type=message_type,
+            )
     if (problem := not_blank(value.description)) is not None:
         raise ProtocolError(
             ErrorCode.INVALID_ARGUMENT,
@@ -506,31 +474,17 @@ def check_tool_declaration(
         raise ProtocolError(
             ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.kind", message_type=message_type
         )
-    if (
-        full
-        and (
-            problem := min_value(value.timeout_ms, MIN_TOOL_TIMEOUT_MS)
-            or max_value(value.timeout_ms, MAX_TOOL_TIMEOUT_MS)
-        )
-        is not None
-    ):
+    if full and not MIN_TOOL_TIMEOUT_MS <= value.timeout_ms <= MAX_TOOL_TIMEOUT_MS:
         raise ProtocolError(
             ErrorCode.INVALID_ARGUMENT,
-            problem,
+            out_of_range(value.timeout_ms, MIN_TOOL_TIMEOUT_MS, MAX_TOOL_TIMEOUT_MS, ""),
             path=f"{path}.timeout_ms",
             message_type=message_type,
         )
-    if (
-        full
-        and (
-            problem := min_value(value.filler_after_ms, 0)
-            or max_value(value.filler_after_ms, JSON_SAFE_INTEGER)
-        )
-        is not None
-    ):
+    if full and not 0 <= value.filler_after_ms <= JSON_SAFE_INTEGER:
         raise ProtocolError(
             ErrorCode.INVALID_ARGUMENT,
-            problem,
+            out_of_range(value.filler_after_ms, 0, JSON_SAFE_INTEGER, ""),
             path=f"{path}.filler_after_ms",
             message_type=message_type,
         )
@@ -567,9 +521,7 @@ def check_tool_declaration(
 def check_context_message(
     value: ContextMessage, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a ``ContextMessage``; ``full`` adds the rules decoding enforces
-    itself.
-    """
+    """Check the values of ``ContextMessage``; ``full`` adds the rules decoding enforces itself."""
     if full and (problem := one_of(value.role, _CONTEXT_ROLE_VALUES)) is not None:
         raise ProtocolError(
             ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.role", message_type=message_type
@@ -583,29 +535,27 @@ def check_context_message(
 def check_envelope(
     value: Envelope, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a ``Envelope``; ``full`` adds the rules decoding enforces itself."""
-    if (
-        full
-        and (problem := min_value(value.seq, 1) or max_value(value.seq, JSON_SAFE_INTEGER))
-        is not None
-    ):
+    """Check the values of ``Envelope``; ``full`` adds the rules decoding enforces itself."""
+    if full and not 1 <= value.seq <= JSON_SAFE_INTEGER:
         raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.seq", message_type=message_type
+            ErrorCode.INVALID_ARGUMENT,
+            out_of_range(value.seq, 1, JSON_SAFE_INTEGER, ""),
+            path=f"{path}.seq",
+            message_type=message_type,
         )
-    if (
-        full
-        and (problem := min_value(value.t_ms, 0) or max_value(value.t_ms, JSON_SAFE_INTEGER))
-        is not None
-    ):
+    if full and not 0 <= value.t_ms <= JSON_SAFE_INTEGER:
         raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.t_ms", message_type=message_type
+            ErrorCode.INVALID_ARGUMENT,
+            out_of_range(value.t_ms, 0, JSON_SAFE_INTEGER, ""),
+            path=f"{path}.t_ms",
+            message_type=message_type,
         )
 
 
 def check_command(
     value: Command, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a ``Command``; ``full`` adds the rules decoding enforces itself."""
+    """Check the values of ``Command``; ``full`` adds the rules decoding enforces itself."""
     if (
         value.id is not UNSET
         and (problem := min_bytes(value.id, 1) or max_bytes(value.id, MAX_COMMAND_ID_BYTES))
@@ -614,21 +564,19 @@ def check_command(
         raise ProtocolError(
             ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.id", message_type=message_type
         )
-    if (
-        value.re is not UNSET
-        and full
-        and (problem := min_value(value.re, 1) or max_value(value.re, JSON_SAFE_INTEGER))
-        is not None
-    ):
+    if value.re is not UNSET and full and not 1 <= value.re <= JSON_SAFE_INTEGER:
         raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.re", message_type=message_type
+            ErrorCode.INVALID_ARGUMENT,
+            out_of_range(value.re, 1, JSON_SAFE_INTEGER, ""),
+            path=f"{path}.re",
+            message_type=message_type,
         )
 
 
 def check_session_start(
     value: SessionStart, full: bool, path: str = "$", message_type: str | None = "session.start"
 ) -> None:
-    """Check the values of a ``session.start``; ``full`` adds the rules decoding enforces itself."""
+    """Check the values of ``session.start``; ``full`` adds the rules decoding enforces itself."""
     if full:
         check_envelope(value, full, path, message_type)
     if full and (problem := one_of(value.protocol, ("brisvox.agent",))) is not None:
@@ -637,13 +585,10 @@ def check_session_start(
         )
     if full:
         for index, versions_item in enumerate(value.versions):
-            if (
-                problem := min_value(versions_item, -JSON_SAFE_INTEGER)
-                or max_value(versions_item, JSON_SAFE_INTEGER)
-            ) is not None:
+            if not -JSON_SAFE_INTEGER <= versions_item <= JSON_SAFE_INTEGER:
                 raise ProtocolError(
                     ErrorCode.INVALID_ARGUMENT,
-                    problem,
+                    out_of_range(versions_item, -JSON_SAFE_INTEGER, JSON_SAFE_INTEGER, ""),
                     path=f"{path}.versions[{index}]",
                     message_type=message_type,
                 )
@@ -656,16 +601,13 @@ def check_session_start(
 def check_session_accept(
     value: SessionAccept, full: bool, path: str = "$", message_type: str | None = "session.accept"
 ) -> None:
-    """Check the values of a ``session.accept``; ``full`` adds the rules decoding enforces
-    itself.
-    """
-    if (
-        full
-        and (problem := min_value(value.version, 1) or max_value(value.version, JSON_SAFE_INTEGER))
-        is not None
-    ):
+    """Check the values of ``session.accept``; ``full`` adds the rules decoding enforces itself."""
+    if full and not 1 <= value.version <= JSON_SAFE_INTEGER:
         raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.version", message_type=message_type
+            ErrorCode.INVALID_ARGUMENT,
+            out_of_range(value.version, 1, JSON_SAFE_INTEGER, ""),
+            path=f"{path}.version",
+            message_type=message_type,
         )
     if (problem := unique([item.name for item in value.tools])) is not None:
         raise ProtocolError(
@@ -720,15 +662,13 @@ def check_session_accept(
 def check_session_reject(
     value: SessionReject, full: bool, path: str = "$", message_type: str | None = "session.reject"
 ) -> None:
-    """Check the values of a ``session.reject``; ``full`` adds the rules decoding enforces
-    itself.
-    """
+    """Check the values of ``session.reject``; ``full`` adds the rules decoding enforces itself."""
 
 
 def check_session_end(
     value: SessionEnd, full: bool, path: str = "$", message_type: str | None = "session.end"
 ) -> None:
-    """Check the values of a ``session.end``; ``full`` adds the rules decoding enforces itself."""
+    """Check the values of ``session.end``; ``full`` adds the rules decoding enforces itself."""
     if full:
         check_envelope(value, full, path, message_type)
 
@@ -736,42 +676,27 @@ def check_session_end(
 def check_session_usage(
     value: SessionUsage, full: bool, path: str = "$", message_type: str | None = "session.usage"
 ) -> None:
-    """Check the values of a ``session.usage``; ``full`` adds the rules decoding enforces itself."""
+    """Check the values of ``session.usage``; ``full`` adds the rules decoding enforces itself."""
     if full:
         check_envelope(value, full, path, message_type)
-    if (
-        full
-        and (
-            problem := min_value(value.duration_ms, 0)
-            or max_value(value.duration_ms, JSON_SAFE_INTEGER)
-        )
-        is not None
-    ):
+    if full and not 0 <= value.duration_ms <= JSON_SAFE_INTEGER:
         raise ProtocolError(
             ErrorCode.INVALID_ARGUMENT,
-            problem,
+            out_of_range(value.duration_ms, 0, JSON_SAFE_INTEGER, ""),
             path=f"{path}.duration_ms",
             message_type=message_type,
         )
-    if (
-        full
-        and (problem := min_value(value.turns, 0) or max_value(value.turns, JSON_SAFE_INTEGER))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.turns", message_type=message_type
-        )
-    if (
-        full
-        and (
-            problem := min_value(value.interrupted_turns, 0)
-            or max_value(value.interrupted_turns, JSON_SAFE_INTEGER)
-        )
-        is not None
-    ):
+    if full and not 0 <= value.turns <= JSON_SAFE_INTEGER:
         raise ProtocolError(
             ErrorCode.INVALID_ARGUMENT,
-            problem,
+            out_of_range(value.turns, 0, JSON_SAFE_INTEGER, ""),
+            path=f"{path}.turns",
+            message_type=message_type,
+        )
+    if full and not 0 <= value.interrupted_turns <= JSON_SAFE_INTEGER:
+        raise ProtocolError(
+            ErrorCode.INVALID_ARGUMENT,
+            out_of_range(value.interrupted_turns, 0, JSON_SAFE_INTEGER, ""),
             path=f"{path}.interrupted_turns",
             message_type=message_type,
         )
@@ -787,36 +712,32 @@ def check_turn_user_started(
     path: str = "$",
     message_type: str | None = "turn.user_started",
 ) -> None:
-    """Check the values of a ``turn.user_started``; ``full`` adds the rules decoding enforces
+    """Check the values of ``turn.user_started``; ``full`` adds the rules decoding enforces
     itself.
     """
     if full:
         check_envelope(value, full, path, message_type)
-    if (
-        full
-        and (problem := min_value(value.epoch, 0) or max_value(value.epoch, JSON_SAFE_INTEGER))
-        is not None
-    ):
+    if full and not 0 <= value.epoch <= JSON_SAFE_INTEGER:
         raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.epoch", message_type=message_type
+            ErrorCode.INVALID_ARGUMENT,
+            out_of_range(value.epoch, 0, JSON_SAFE_INTEGER, ""),
+            path=f"{path}.epoch",
+            message_type=message_type,
         )
 
 
 def check_turn_user_ended(
     value: TurnUserEnded, full: bool, path: str = "$", message_type: str | None = "turn.user_ended"
 ) -> None:
-    """Check the values of a ``turn.user_ended``; ``full`` adds the rules decoding enforces
-    itself.
-    """
+    """Check the values of ``turn.user_ended``; ``full`` adds the rules decoding enforces itself."""
     if full:
         check_envelope(value, full, path, message_type)
-    if (
-        full
-        and (problem := min_value(value.epoch, 0) or max_value(value.epoch, JSON_SAFE_INTEGER))
-        is not None
-    ):
+    if full and not 0 <= value.epoch <= JSON_SAFE_INTEGER:
         raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.epoch", message_type=message_type
+            ErrorCode.INVALID_ARGUMENT,
+            out_of_range(value.epoch, 0, JSON_SAFE_INTEGER, ""),
+            path=f"{path}.epoch",
+            message_type=message_type,
         )
 
 
@@ -826,36 +747,32 @@ def check_turn_bot_started(
     path: str = "$",
     message_type: str | None = "turn.bot_started",
 ) -> None:
-    """Check the values of a ``turn.bot_started``; ``full`` adds the rules decoding enforces
+    """Check the values of ``turn.bot_started``; ``full`` adds the rules decoding enforces
     itself.
     """
     if full:
         check_envelope(value, full, path, message_type)
-    if (
-        full
-        and (problem := min_value(value.epoch, 0) or max_value(value.epoch, JSON_SAFE_INTEGER))
-        is not None
-    ):
+    if full and not 0 <= value.epoch <= JSON_SAFE_INTEGER:
         raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.epoch", message_type=message_type
+            ErrorCode.INVALID_ARGUMENT,
+            out_of_range(value.epoch, 0, JSON_SAFE_INTEGER, ""),
+            path=f"{path}.epoch",
+            message_type=message_type,
         )
 
 
 def check_turn_bot_ended(
     value: TurnBotEnded, full: bool, path: str = "$", message_type: str | None = "turn.bot_ended"
 ) -> None:
-    """Check the values of a ``turn.bot_ended``; ``full`` adds the rules decoding enforces
-    itself.
-    """
+    """Check the values of ``turn.bot_ended``; ``full`` adds the rules decoding enforces itself."""
     if full:
         check_envelope(value, full, path, message_type)
-    if (
-        full
-        and (problem := min_value(value.epoch, 0) or max_value(value.epoch, JSON_SAFE_INTEGER))
-        is not None
-    ):
+    if full and not 0 <= value.epoch <= JSON_SAFE_INTEGER:
         raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.epoch", message_type=message_type
+            ErrorCode.INVALID_ARGUMENT,
+            out_of_range(value.epoch, 0, JSON_SAFE_INTEGER, ""),
+            path=f"{path}.epoch",
+            message_type=message_type,
         )
 
 
@@ -865,34 +782,32 @@ def check_turn_interrupted(
     path: str = "$",
     message_type: str | None = "turn.interrupted",
 ) -> None:
-    """Check the values of a ``turn.interrupted``; ``full`` adds the rules decoding enforces
+    """Check the values of ``turn.interrupted``; ``full`` adds the rules decoding enforces
     itself.
     """
     if full:
         check_envelope(value, full, path, message_type)
-    if (
-        full
-        and (problem := min_value(value.epoch, 0) or max_value(value.epoch, JSON_SAFE_INTEGER))
-        is not None
-    ):
+    if full and not 0 <= value.epoch <= JSON_SAFE_INTEGER:
         raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.epoch", message_type=message_type
+            ErrorCode.INVALID_ARGUMENT,
+            out_of_range(value.epoch, 0, JSON_SAFE_INTEGER, ""),
+            path=f"{path}.epoch",
+            message_type=message_type,
         )
 
 
 def check_turn_metrics(
     value: TurnMetrics, full: bool, path: str = "$", message_type: str | None = "turn.metrics"
 ) -> None:
-    """Check the values of a ``turn.metrics``; ``full`` adds the rules decoding enforces itself."""
+    """Check the values of ``turn.metrics``; ``full`` adds the rules decoding enforces itself."""
     if full:
         check_envelope(value, full, path, message_type)
-    if (
-        full
-        and (problem := min_value(value.epoch, 0) or max_value(value.epoch, JSON_SAFE_INTEGER))
-        is not None
-    ):
+    if full and not 0 <= value.epoch <= JSON_SAFE_INTEGER:
         raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.epoch", message_type=message_type
+            ErrorCode.INVALID_ARGUMENT,
+            out_of_range(value.epoch, 0, JSON_SAFE_INTEGER, ""),
+            path=f"{path}.epoch",
+            message_type=message_type,
         )
     if value.metrics is not UNSET and value.metrics is not None and full:
         check_metrics(value.metrics, full, f"{path}.metrics", message_type)
@@ -901,9 +816,7 @@ def check_turn_metrics(
 def check_user_transcript(
     value: UserTranscript, full: bool, path: str = "$", message_type: str | None = "user.transcript"
 ) -> None:
-    """Check the values of a ``user.transcript``; ``full`` adds the rules decoding enforces
-    itself.
-    """
+    """Check the values of ``user.transcript``; ``full`` adds the rules decoding enforces itself."""
     if full:
         check_envelope(value, full, path, message_type)
 
@@ -911,68 +824,60 @@ def check_user_transcript(
 def check_user_text(
     value: UserText, full: bool, path: str = "$", message_type: str | None = "user.text"
 ) -> None:
-    """Check the values of a ``user.text``; ``full`` adds the rules decoding enforces itself."""
+    """Check the values of ``user.text``; ``full`` adds the rules decoding enforces itself."""
     if full:
         check_envelope(value, full, path, message_type)
-    if (
-        full
-        and (problem := min_value(value.epoch, 0) or max_value(value.epoch, JSON_SAFE_INTEGER))
-        is not None
-    ):
+    if full and not 0 <= value.epoch <= JSON_SAFE_INTEGER:
         raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.epoch", message_type=message_type
+            ErrorCode.INVALID_ARGUMENT,
+            out_of_range(value.epoch, 0, JSON_SAFE_INTEGER, ""),
+            path=f"{path}.epoch",
+            message_type=message_type,
         )
 
 
 def check_bot_llm_started(
     value: BotLlmStarted, full: bool, path: str = "$", message_type: str | None = "bot.llm_started"
 ) -> None:
-    """Check the values of a ``bot.llm_started``; ``full`` adds the rules decoding enforces
-    itself.
-    """
+    """Check the values of ``bot.llm_started``; ``full`` adds the rules decoding enforces itself."""
     if full:
         check_envelope(value, full, path, message_type)
-    if (
-        full
-        and (problem := min_value(value.epoch, 0) or max_value(value.epoch, JSON_SAFE_INTEGER))
-        is not None
-    ):
+    if full and not 0 <= value.epoch <= JSON_SAFE_INTEGER:
         raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.epoch", message_type=message_type
+            ErrorCode.INVALID_ARGUMENT,
+            out_of_range(value.epoch, 0, JSON_SAFE_INTEGER, ""),
+            path=f"{path}.epoch",
+            message_type=message_type,
         )
 
 
 def check_bot_text(
     value: BotText, full: bool, path: str = "$", message_type: str | None = "bot.text"
 ) -> None:
-    """Check the values of a ``bot.text``; ``full`` adds the rules decoding enforces itself."""
+    """Check the values of ``bot.text``; ``full`` adds the rules decoding enforces itself."""
     if full:
         check_envelope(value, full, path, message_type)
-    if (
-        full
-        and (problem := min_value(value.epoch, 0) or max_value(value.epoch, JSON_SAFE_INTEGER))
-        is not None
-    ):
+    if full and not 0 <= value.epoch <= JSON_SAFE_INTEGER:
         raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.epoch", message_type=message_type
+            ErrorCode.INVALID_ARGUMENT,
+            out_of_range(value.epoch, 0, JSON_SAFE_INTEGER, ""),
+            path=f"{path}.epoch",
+            message_type=message_type,
         )
 
 
 def check_bot_llm_stopped(
     value: BotLlmStopped, full: bool, path: str = "$", message_type: str | None = "bot.llm_stopped"
 ) -> None:
-    """Check the values of a ``bot.llm_stopped``; ``full`` adds the rules decoding enforces
-    itself.
-    """
+    """Check the values of ``bot.llm_stopped``; ``full`` adds the rules decoding enforces itself."""
     if full:
         check_envelope(value, full, path, message_type)
-    if (
-        full
-        and (problem := min_value(value.epoch, 0) or max_value(value.epoch, JSON_SAFE_INTEGER))
-        is not None
-    ):
+    if full and not 0 <= value.epoch <= JSON_SAFE_INTEGER:
         raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.epoch", message_type=message_type
+            ErrorCode.INVALID_ARGUMENT,
+            out_of_range(value.epoch, 0, JSON_SAFE_INTEGER, ""),
+            path=f"{path}.epoch",
+            message_type=message_type,
         )
     if value.usage is not UNSET and value.usage is not None and full:
         check_token_usage(value.usage, full, f"{path}.usage", message_type)
@@ -981,41 +886,37 @@ def check_bot_llm_stopped(
 def check_bot_tts_text(
     value: BotTtsText, full: bool, path: str = "$", message_type: str | None = "bot.tts_text"
 ) -> None:
-    """Check the values of a ``bot.tts_text``; ``full`` adds the rules decoding enforces itself."""
+    """Check the values of ``bot.tts_text``; ``full`` adds the rules decoding enforces itself."""
     if full:
         check_envelope(value, full, path, message_type)
-    if (
-        full
-        and (problem := min_value(value.epoch, 0) or max_value(value.epoch, JSON_SAFE_INTEGER))
-        is not None
-    ):
+    if full and not 0 <= value.epoch <= JSON_SAFE_INTEGER:
         raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.epoch", message_type=message_type
+            ErrorCode.INVALID_ARGUMENT,
+            out_of_range(value.epoch, 0, JSON_SAFE_INTEGER, ""),
+            path=f"{path}.epoch",
+            message_type=message_type,
         )
 
 
 def check_bot_tts_stopped(
     value: BotTtsStopped, full: bool, path: str = "$", message_type: str | None = "bot.tts_stopped"
 ) -> None:
-    """Check the values of a ``bot.tts_stopped``; ``full`` adds the rules decoding enforces
-    itself.
-    """
+    """Check the values of ``bot.tts_stopped``; ``full`` adds the rules decoding enforces itself."""
     if full:
         check_envelope(value, full, path, message_type)
-    if (
-        full
-        and (problem := min_value(value.epoch, 0) or max_value(value.epoch, JSON_SAFE_INTEGER))
-        is not None
-    ):
+    if full and not 0 <= value.epoch <= JSON_SAFE_INTEGER:
         raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.epoch", message_type=message_type
+            ErrorCode.INVALID_ARGUMENT,
+            out_of_range(value.epoch, 0, JSON_SAFE_INTEGER, ""),
+            path=f"{path}.epoch",
+            message_type=message_type,
         )
 
 
 def check_error_event(
     value: ErrorEvent, full: bool, path: str = "$", message_type: str | None = "error"
 ) -> None:
-    """Check the values of a ``error``; ``full`` adds the rules decoding enforces itself."""
+    """Check the values of ``error``; ``full`` adds the rules decoding enforces itself."""
     if full:
         check_envelope(value, full, path, message_type)
 
@@ -1023,32 +924,30 @@ def check_error_event(
 def check_events_lost(
     value: EventsLost, full: bool, path: str = "$", message_type: str | None = "events.lost"
 ) -> None:
-    """Check the values of a ``events.lost``; ``full`` adds the rules decoding enforces itself."""
+    """Check the values of ``events.lost``; ``full`` adds the rules decoding enforces itself."""
     if full:
         check_envelope(value, full, path, message_type)
-    if (
-        full
-        and (problem := min_value(value.count, 0) or max_value(value.count, JSON_SAFE_INTEGER))
-        is not None
-    ):
+    if full and not 0 <= value.count <= JSON_SAFE_INTEGER:
         raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.count", message_type=message_type
+            ErrorCode.INVALID_ARGUMENT,
+            out_of_range(value.count, 0, JSON_SAFE_INTEGER, ""),
+            path=f"{path}.count",
+            message_type=message_type,
         )
 
 
 def check_tool_call(
     value: ToolCall, full: bool, path: str = "$", message_type: str | None = "tool.call"
 ) -> None:
-    """Check the values of a ``tool.call``; ``full`` adds the rules decoding enforces itself."""
+    """Check the values of ``tool.call``; ``full`` adds the rules decoding enforces itself."""
     if full:
         check_envelope(value, full, path, message_type)
-    if (
-        full
-        and (problem := min_value(value.id, 0) or max_value(value.id, JSON_SAFE_INTEGER))
-        is not None
-    ):
+    if full and not 0 <= value.id <= JSON_SAFE_INTEGER:
         raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.id", message_type=message_type
+            ErrorCode.INVALID_ARGUMENT,
+            out_of_range(value.id, 0, JSON_SAFE_INTEGER, ""),
+            path=f"{path}.id",
+            message_type=message_type,
         )
     if full and (found := json_value_problem(value.arguments, "")) is not None:
         raise ProtocolError(
@@ -1061,40 +960,37 @@ def check_tool_call(
         raise ProtocolError(
             ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.kind", message_type=message_type
         )
-    if (
-        full
-        and (problem := min_value(value.epoch, 0) or max_value(value.epoch, JSON_SAFE_INTEGER))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.epoch", message_type=message_type
-        )
-    if (
-        full
-        and (
-            problem := min_chars(value.idempotency_key, IDEMPOTENCY_KEY_LENGTH)
-            or max_chars(value.idempotency_key, IDEMPOTENCY_KEY_LENGTH)
-            or matches(value.idempotency_key, _PATTERN_0)
-        )
-        is not None
-    ):
+    if full and not 0 <= value.epoch <= JSON_SAFE_INTEGER:
         raise ProtocolError(
             ErrorCode.INVALID_ARGUMENT,
-            problem,
-            path=f"{path}.idempotency_key",
+            out_of_range(value.epoch, 0, JSON_SAFE_INTEGER, ""),
+            path=f"{path}.epoch",
             message_type=message_type,
         )
-    if (
-        full
-        and (
-            problem := min_value(value.timeout_ms, MIN_TOOL_TIMEOUT_MS)
-            or max_value(value.timeout_ms, JSON_SAFE_INTEGER)
-        )
-        is not None
-    ):
+    if full:
+        if (problem := matches(value.idempotency_key, _PATTERN_0)) is not None:
+            raise ProtocolError(
+                ErrorCode.INVALID_ARGUMENT,
+                problem,
+                path=f"{path}.idempotency_key",
+                message_type=message_type,
+            )
+        if not IDEMPOTENCY_KEY_LENGTH <= len(value.idempotency_key) <= IDEMPOTENCY_KEY_LENGTH:
+            raise ProtocolError(
+                ErrorCode.INVALID_ARGUMENT,
+                out_of_range(
+                    len(value.idempotency_key),
+                    IDEMPOTENCY_KEY_LENGTH,
+                    IDEMPOTENCY_KEY_LENGTH,
+                    "characters",
+                ),
+                path=f"{path}.idempotency_key",
+                message_type=message_type,
+            )
+    if full and not MIN_TOOL_TIMEOUT_MS <= value.timeout_ms <= JSON_SAFE_INTEGER:
         raise ProtocolError(
             ErrorCode.INVALID_ARGUMENT,
-            problem,
+            out_of_range(value.timeout_ms, MIN_TOOL_TIMEOUT_MS, JSON_SAFE_INTEGER, ""),
             path=f"{path}.timeout_ms",
             message_type=message_type,
         )
@@ -1103,16 +999,15 @@ def check_tool_call(
 def check_tool_cancel(
     value: ToolCancel, full: bool, path: str = "$", message_type: str | None = "tool.cancel"
 ) -> None:
-    """Check the values of a ``tool.cancel``; ``full`` adds the rules decoding enforces itself."""
+    """Check the values of ``tool.cancel``; ``full`` adds the rules decoding enforces itself."""
     if full:
         check_envelope(value, full, path, message_type)
-    if (
-        full
-        and (problem := min_value(value.id, 0) or max_value(value.id, JSON_SAFE_INTEGER))
-        is not None
-    ):
+    if full and not 0 <= value.id <= JSON_SAFE_INTEGER:
         raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.id", message_type=message_type
+            ErrorCode.INVALID_ARGUMENT,
+            out_of_range(value.id, 0, JSON_SAFE_INTEGER, ""),
+            path=f"{path}.id",
+            message_type=message_type,
         )
     if full and (problem := one_of(value.reason, _TOOL_CANCEL_REASON_VALUES)) is not None:
         raise ProtocolError(
@@ -1123,14 +1018,13 @@ def check_tool_cancel(
 def check_tool_result(
     value: ToolResult, full: bool, path: str = "$", message_type: str | None = "tool.result"
 ) -> None:
-    """Check the values of a ``tool.result``; ``full`` adds the rules decoding enforces itself."""
-    if (
-        full
-        and (problem := min_value(value.id, 0) or max_value(value.id, JSON_SAFE_INTEGER))
-        is not None
-    ):
+    """Check the values of ``tool.result``; ``full`` adds the rules decoding enforces itself."""
+    if full and not 0 <= value.id <= JSON_SAFE_INTEGER:
         raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.id", message_type=message_type
+            ErrorCode.INVALID_ARGUMENT,
+            out_of_range(value.id, 0, JSON_SAFE_INTEGER, ""),
+            path=f"{path}.id",
+            message_type=message_type,
         )
     if (
         value.result is not UNSET
@@ -1165,7 +1059,7 @@ def check_tool_result(
 
 
 def check_say(value: Say, full: bool, path: str = "$", message_type: str | None = "say") -> None:
-    """Check the values of a ``say``; ``full`` adds the rules decoding enforces itself."""
+    """Check the values of ``say``; ``full`` adds the rules decoding enforces itself."""
     check_command(value, full, path, message_type)
     if (problem := not_blank(value.text) or max_bytes(value.text, MAX_LINE_BYTES)) is not None:
         raise ProtocolError(
@@ -1174,7 +1068,7 @@ def check_say(value: Say, full: bool, path: str = "$", message_type: str | None 
 
 
 def check_end(value: End, full: bool, path: str = "$", message_type: str | None = "end") -> None:
-    """Check the values of a ``end``; ``full`` adds the rules decoding enforces itself."""
+    """Check the values of ``end``; ``full`` adds the rules decoding enforces itself."""
     check_command(value, full, path, message_type)
     if (
         value.say is not UNSET
@@ -1195,7 +1089,7 @@ def check_end(value: End, full: bool, path: str = "$", message_type: str | None 
 def check_transfer(
     value: Transfer, full: bool, path: str = "$", message_type: str | None = "transfer"
 ) -> None:
-    """Check the values of a ``transfer``; ``full`` adds the rules decoding enforces itself."""
+    """Check the values of ``transfer``; ``full`` adds the rules decoding enforces itself."""
     check_command(value, full, path, message_type)
     if full and (problem := matches(value.destination, _PATTERN_2)) is not None:
         raise ProtocolError(
@@ -1227,9 +1121,7 @@ def check_transfer(
 def check_context_update(
     value: ContextUpdate, full: bool, path: str = "$", message_type: str | None = "context.update"
 ) -> None:
-    """Check the values of a ``context.update``; ``full`` adds the rules decoding enforces
-    itself.
-    """
+    """Check the values of ``context.update``; ``full`` adds the rules decoding enforces itself."""
     check_command(value, full, path, message_type)
     if (
         value.system_prompt is not UNSET
@@ -1257,7 +1149,7 @@ def check_context_update(
 def check_tools_set(
     value: ToolsSet, full: bool, path: str = "$", message_type: str | None = "tools.set"
 ) -> None:
-    """Check the values of a ``tools.set``; ``full`` adds the rules decoding enforces itself."""
+    """Check the values of ``tools.set``; ``full`` adds the rules decoding enforces itself."""
     check_command(value, full, path, message_type)
     if (
         value.enabled is not None
@@ -1272,9 +1164,7 @@ def check_tools_set(
 def check_command_result(
     value: CommandResult, full: bool, path: str = "$", message_type: str | None = "command.result"
 ) -> None:
-    """Check the values of a ``command.result``; ``full`` adds the rules decoding enforces
-    itself.
-    """
+    """Check the values of ``command.result``; ``full`` adds the rules decoding enforces itself."""
     if full:
         check_envelope(value, full, path, message_type)
     if (problem := min_bytes(value.id, 1) or max_bytes(value.id, MAX_COMMAND_ID_BYTES)) is not None:

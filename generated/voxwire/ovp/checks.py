@@ -22,14 +22,11 @@ from voxwire._rules import (
     finite,
     json_value_problem,
     matches,
-    max_chars,
     max_items,
-    max_value,
-    min_chars,
     min_fields,
-    min_value,
     not_blank,
     one_of,
+    out_of_range,
     requires,
     unique,
 )
@@ -186,15 +183,11 @@ _PATTERN_6: Final = re.compile("^https://[!-~]+$")
 def check_call_info(
     value: CallInfo, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a ``CallInfo``; ``full`` adds the rules decoding enforces itself."""
-    if (
-        full
-        and (problem := min_chars(value.call_id, 1) or max_chars(value.call_id, MAX_ID_CHARS))
-        is not None
-    ):
+    """Check the values of ``CallInfo``; ``full`` adds the rules decoding enforces itself."""
+    if full and not 1 <= len(value.call_id) <= MAX_ID_CHARS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(len(value.call_id), 1, MAX_ID_CHARS, "characters"),
             path=f"{path}.call_id",
             message_type=message_type,
         )
@@ -205,10 +198,10 @@ def check_call_info(
             path=f"{path}.from",
             message_type=message_type,
         )
-    if full and (problem := min_chars(value.from_, 1) or max_chars(value.from_, 256)) is not None:
+    if full and not 1 <= len(value.from_) <= 256:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(len(value.from_), 1, 256, "characters"),
             path=f"{path}.from",
             message_type=message_type,
         )
@@ -219,10 +212,10 @@ def check_call_info(
             path=f"{path}.to",
             message_type=message_type,
         )
-    if full and (problem := min_chars(value.to, 1) or max_chars(value.to, 256)) is not None:
+    if full and not 1 <= len(value.to) <= 256:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(len(value.to), 1, 256, "characters"),
             path=f"{path}.to",
             message_type=message_type,
         )
@@ -238,24 +231,22 @@ def check_call_info(
 def check_tool_definition(
     value: ToolDefinition, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a ``ToolDefinition``; ``full`` adds the rules decoding enforces
-    itself.
-    """
-    if (
-        full
-        and (
-            problem := min_chars(value.name, 1)
-            or max_chars(value.name, MAX_TOOL_NAME_CHARS)
-            or matches(value.name, _PATTERN_3)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.name",
-            message_type=message_type,
-        )
+    """Check the values of ``ToolDefinition``; ``full`` adds the rules decoding enforces itself."""
+    if full:
+        if (problem := matches(value.name, _PATTERN_3)) is not None:
+            raise ProtocolError(
+                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
+                problem,
+                path=f"{path}.name",
+                message_type=message_type,
+            )
+        if not 1 <= len(value.name) <= MAX_TOOL_NAME_CHARS:
+            raise ProtocolError(
+                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
+                out_of_range(len(value.name), 1, MAX_TOOL_NAME_CHARS, "characters"),
+                path=f"{path}.name",
+                message_type=message_type,
+            )
     if full and (found := json_value_problem(value.input_schema, "")) is not None:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
@@ -268,15 +259,11 @@ def check_tool_definition(
 def check_agent_config(
     value: AgentConfig, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a ``AgentConfig``; ``full`` adds the rules decoding enforces itself."""
-    if (
-        full
-        and (problem := min_chars(value.agent_id, 1) or max_chars(value.agent_id, MAX_ID_CHARS))
-        is not None
-    ):
+    """Check the values of ``AgentConfig``; ``full`` adds the rules decoding enforces itself."""
+    if full and not 1 <= len(value.agent_id) <= MAX_ID_CHARS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(len(value.agent_id), 1, MAX_ID_CHARS, "characters"),
             path=f"{path}.agent_id",
             message_type=message_type,
         )
@@ -287,10 +274,10 @@ def check_agent_config(
             path=f"{path}.name",
             message_type=message_type,
         )
-    if full and (problem := min_chars(value.name, 1) or max_chars(value.name, 256)) is not None:
+    if full and not 1 <= len(value.name) <= 256:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(len(value.name), 1, 256, "characters"),
             path=f"{path}.name",
             message_type=message_type,
         )
@@ -301,14 +288,10 @@ def check_agent_config(
             path=f"{path}.model",
             message_type=message_type,
         )
-    if (
-        full
-        and (problem := min_chars(value.model, 1) or max_chars(value.model, MAX_ID_CHARS))
-        is not None
-    ):
+    if full and not 1 <= len(value.model) <= MAX_ID_CHARS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(len(value.model), 1, MAX_ID_CHARS, "characters"),
             path=f"{path}.model",
             message_type=message_type,
         )
@@ -319,46 +302,43 @@ def check_agent_config(
             path=f"{path}.voice_id",
             message_type=message_type,
         )
-    if (
-        full
-        and (problem := min_chars(value.voice_id, 1) or max_chars(value.voice_id, MAX_ID_CHARS))
-        is not None
-    ):
+    if full and not 1 <= len(value.voice_id) <= MAX_ID_CHARS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(len(value.voice_id), 1, MAX_ID_CHARS, "characters"),
             path=f"{path}.voice_id",
             message_type=message_type,
         )
-    if (
-        full
-        and (
-            problem := max_chars(value.language, MAX_LANGUAGE_TAG_CHARS)
-            or matches(value.language, _PATTERN_5)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.language",
-            message_type=message_type,
-        )
-    if (
-        full
-        and (
-            problem := finite(value.speech_rate)
-            or min_value(value.speech_rate, SPEECH_RATE_MIN)
-            or max_value(value.speech_rate, SPEECH_RATE_MAX)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.speech_rate",
-            message_type=message_type,
-        )
+    if full:
+        if (problem := matches(value.language, _PATTERN_5)) is not None:
+            raise ProtocolError(
+                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
+                problem,
+                path=f"{path}.language",
+                message_type=message_type,
+            )
+        if len(value.language) > MAX_LANGUAGE_TAG_CHARS:
+            raise ProtocolError(
+                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
+                out_of_range(len(value.language), None, MAX_LANGUAGE_TAG_CHARS, "characters"),
+                path=f"{path}.language",
+                message_type=message_type,
+            )
+    if full:
+        if (problem := finite(value.speech_rate)) is not None:
+            raise ProtocolError(
+                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
+                problem,
+                path=f"{path}.speech_rate",
+                message_type=message_type,
+            )
+        if not SPEECH_RATE_MIN <= value.speech_rate <= SPEECH_RATE_MAX:
+            raise ProtocolError(
+                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
+                out_of_range(value.speech_rate, SPEECH_RATE_MIN, SPEECH_RATE_MAX, ""),
+                path=f"{path}.speech_rate",
+                message_type=message_type,
+            )
     if (problem := unique([item.name for item in value.tools])) is not None:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
@@ -381,7 +361,7 @@ def check_agent_config(
 def check_audio_format(
     value: AudioFormat, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a ``AudioFormat``; ``full`` adds the rules decoding enforces itself."""
+    """Check the values of ``AudioFormat``; ``full`` adds the rules decoding enforces itself."""
     if full and (problem := one_of(value.sample_rate_hz, (16000,))) is not None:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
@@ -415,7 +395,7 @@ def check_audio_format(
 def check_session_patch(
     value: SessionPatch, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a ``SessionPatch``; ``full`` adds the rules decoding enforces itself."""
+    """Check the values of ``SessionPatch``; ``full`` adds the rules decoding enforces itself."""
     if value.voice_id is not UNSET and (problem := not_blank(value.voice_id)) is not None:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
@@ -423,33 +403,28 @@ def check_session_patch(
             path=f"{path}.voice_id",
             message_type=message_type,
         )
-    if (
-        value.voice_id is not UNSET
-        and full
-        and (problem := min_chars(value.voice_id, 1) or max_chars(value.voice_id, MAX_ID_CHARS))
-        is not None
-    ):
+    if value.voice_id is not UNSET and full and not 1 <= len(value.voice_id) <= MAX_ID_CHARS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(len(value.voice_id), 1, MAX_ID_CHARS, "characters"),
             path=f"{path}.voice_id",
             message_type=message_type,
         )
-    if (
-        value.language is not UNSET
-        and full
-        and (
-            problem := max_chars(value.language, MAX_LANGUAGE_TAG_CHARS)
-            or matches(value.language, _PATTERN_5)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.language",
-            message_type=message_type,
-        )
+    if value.language is not UNSET and full:
+        if (problem := matches(value.language, _PATTERN_5)) is not None:
+            raise ProtocolError(
+                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
+                problem,
+                path=f"{path}.language",
+                message_type=message_type,
+            )
+        if len(value.language) > MAX_LANGUAGE_TAG_CHARS:
+            raise ProtocolError(
+                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
+                out_of_range(len(value.language), None, MAX_LANGUAGE_TAG_CHARS, "characters"),
+                path=f"{path}.language",
+                message_type=message_type,
+            )
     if value.model is not UNSET and (problem := not_blank(value.model)) is not None:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
@@ -457,15 +432,10 @@ def check_session_patch(
             path=f"{path}.model",
             message_type=message_type,
         )
-    if (
-        value.model is not UNSET
-        and full
-        and (problem := min_chars(value.model, 1) or max_chars(value.model, MAX_ID_CHARS))
-        is not None
-    ):
+    if value.model is not UNSET and full and not 1 <= len(value.model) <= MAX_ID_CHARS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(len(value.model), 1, MAX_ID_CHARS, "characters"),
             path=f"{path}.model",
             message_type=message_type,
         )
@@ -476,22 +446,21 @@ def check_session_patch(
             path=f"{path}.instructions",
             message_type=message_type,
         )
-    if (
-        value.speech_rate is not UNSET
-        and full
-        and (
-            problem := finite(value.speech_rate)
-            or min_value(value.speech_rate, SPEECH_RATE_MIN)
-            or max_value(value.speech_rate, SPEECH_RATE_MAX)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.speech_rate",
-            message_type=message_type,
-        )
+    if value.speech_rate is not UNSET and full:
+        if (problem := finite(value.speech_rate)) is not None:
+            raise ProtocolError(
+                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
+                problem,
+                path=f"{path}.speech_rate",
+                message_type=message_type,
+            )
+        if not SPEECH_RATE_MIN <= value.speech_rate <= SPEECH_RATE_MAX:
+            raise ProtocolError(
+                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
+                out_of_range(value.speech_rate, SPEECH_RATE_MIN, SPEECH_RATE_MAX, ""),
+                path=f"{path}.speech_rate",
+                message_type=message_type,
+            )
     if (
         value.caller_context is not UNSET
         and full
@@ -525,110 +494,74 @@ def check_session_patch(
 
 
 def check_word(value: Word, full: bool, path: str = "$", message_type: str | None = None) -> None:
-    """Check the values of a ``Word``; ``full`` adds the rules decoding enforces itself."""
-    if full and (problem := min_chars(value.word, 1)) is not None:
+    """Check the values of ``Word``; ``full`` adds the rules decoding enforces itself."""
+    if full and len(value.word) < 1:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(len(value.word), 1, None, "characters"),
             path=f"{path}.word",
             message_type=message_type,
         )
-    if (
-        full
-        and (problem := min_value(value.start_ms, 0) or max_value(value.start_ms, MAX_ELAPSED_MS))
-        is not None
-    ):
+    if full and not 0 <= value.start_ms <= MAX_ELAPSED_MS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(value.start_ms, 0, MAX_ELAPSED_MS, ""),
             path=f"{path}.start_ms",
             message_type=message_type,
         )
-    if (
-        full
-        and (problem := min_value(value.end_ms, 0) or max_value(value.end_ms, MAX_ELAPSED_MS))
-        is not None
-    ):
+    if full and not 0 <= value.end_ms <= MAX_ELAPSED_MS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(value.end_ms, 0, MAX_ELAPSED_MS, ""),
             path=f"{path}.end_ms",
             message_type=message_type,
         )
-    if (
-        full
-        and (
-            problem := finite(value.confidence)
-            or min_value(value.confidence, 0)
-            or max_value(value.confidence, 1)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.confidence",
-            message_type=message_type,
-        )
+    if full:
+        if (problem := finite(value.confidence)) is not None:
+            raise ProtocolError(
+                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
+                problem,
+                path=f"{path}.confidence",
+                message_type=message_type,
+            )
+        if not 0 <= value.confidence <= 1:
+            raise ProtocolError(
+                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
+                out_of_range(value.confidence, 0, 1, ""),
+                path=f"{path}.confidence",
+                message_type=message_type,
+            )
 
 
 def check_cost_breakdown(
     value: CostBreakdown, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a ``CostBreakdown``; ``full`` adds the rules decoding enforces itself."""
-    if (
-        full
-        and (
-            problem := min_value(value.llm_usd_micros, 0)
-            or max_value(value.llm_usd_micros, JSON_SAFE_INTEGER)
-        )
-        is not None
-    ):
+    """Check the values of ``CostBreakdown``; ``full`` adds the rules decoding enforces itself."""
+    if full and not 0 <= value.llm_usd_micros <= JSON_SAFE_INTEGER:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(value.llm_usd_micros, 0, JSON_SAFE_INTEGER, ""),
             path=f"{path}.llm_usd_micros",
             message_type=message_type,
         )
-    if (
-        full
-        and (
-            problem := min_value(value.stt_usd_micros, 0)
-            or max_value(value.stt_usd_micros, JSON_SAFE_INTEGER)
-        )
-        is not None
-    ):
+    if full and not 0 <= value.stt_usd_micros <= JSON_SAFE_INTEGER:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(value.stt_usd_micros, 0, JSON_SAFE_INTEGER, ""),
             path=f"{path}.stt_usd_micros",
             message_type=message_type,
         )
-    if (
-        full
-        and (
-            problem := min_value(value.tts_usd_micros, 0)
-            or max_value(value.tts_usd_micros, JSON_SAFE_INTEGER)
-        )
-        is not None
-    ):
+    if full and not 0 <= value.tts_usd_micros <= JSON_SAFE_INTEGER:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(value.tts_usd_micros, 0, JSON_SAFE_INTEGER, ""),
             path=f"{path}.tts_usd_micros",
             message_type=message_type,
         )
-    if (
-        full
-        and (
-            problem := min_value(value.voice_termination_usd_micros, 0)
-            or max_value(value.voice_termination_usd_micros, JSON_SAFE_INTEGER)
-        )
-        is not None
-    ):
+    if full and not 0 <= value.voice_termination_usd_micros <= JSON_SAFE_INTEGER:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(value.voice_termination_usd_micros, 0, JSON_SAFE_INTEGER, ""),
             path=f"{path}.voice_termination_usd_micros",
             message_type=message_type,
         )
@@ -637,92 +570,53 @@ def check_cost_breakdown(
 def check_final_stats(
     value: FinalStats, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a ``FinalStats``; ``full`` adds the rules decoding enforces itself."""
-    if (
-        full
-        and (
-            problem := min_value(value.duration_ms, 0)
-            or max_value(value.duration_ms, MAX_ELAPSED_MS)
-        )
-        is not None
-    ):
+    """Check the values of ``FinalStats``; ``full`` adds the rules decoding enforces itself."""
+    if full and not 0 <= value.duration_ms <= MAX_ELAPSED_MS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(value.duration_ms, 0, MAX_ELAPSED_MS, ""),
             path=f"{path}.duration_ms",
             message_type=message_type,
         )
-    if (
-        full
-        and (problem := min_value(value.turns, 0) or max_value(value.turns, 4294967295)) is not None
-    ):
+    if full and not 0 <= value.turns <= 4294967295:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(value.turns, 0, 4294967295, ""),
             path=f"{path}.turns",
             message_type=message_type,
         )
-    if (
-        full
-        and (problem := min_value(value.tool_calls, 0) or max_value(value.tool_calls, 4294967295))
-        is not None
-    ):
+    if full and not 0 <= value.tool_calls <= 4294967295:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(value.tool_calls, 0, 4294967295, ""),
             path=f"{path}.tool_calls",
             message_type=message_type,
         )
-    if (
-        full
-        and (problem := min_value(value.barge_ins, 0) or max_value(value.barge_ins, 4294967295))
-        is not None
-    ):
+    if full and not 0 <= value.barge_ins <= 4294967295:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(value.barge_ins, 0, 4294967295, ""),
             path=f"{path}.barge_ins",
             message_type=message_type,
         )
-    if (
-        full
-        and (
-            problem := min_value(value.client_frames, 0)
-            or max_value(value.client_frames, 4294967295)
-        )
-        is not None
-    ):
+    if full and not 0 <= value.client_frames <= 4294967295:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(value.client_frames, 0, 4294967295, ""),
             path=f"{path}.client_frames",
             message_type=message_type,
         )
-    if (
-        full
-        and (
-            problem := min_value(value.server_frames, 0)
-            or max_value(value.server_frames, 4294967295)
-        )
-        is not None
-    ):
+    if full and not 0 <= value.server_frames <= 4294967295:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(value.server_frames, 0, 4294967295, ""),
             path=f"{path}.server_frames",
             message_type=message_type,
         )
-    if (
-        full
-        and (
-            problem := min_value(value.total_cost_usd_micros, 0)
-            or max_value(value.total_cost_usd_micros, JSON_SAFE_INTEGER)
-        )
-        is not None
-    ):
+    if full and not 0 <= value.total_cost_usd_micros <= JSON_SAFE_INTEGER:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(value.total_cost_usd_micros, 0, JSON_SAFE_INTEGER, ""),
             path=f"{path}.total_cost_usd_micros",
             message_type=message_type,
         )
@@ -733,11 +627,11 @@ def check_final_stats(
 def check_envelope(
     value: Envelope, full: bool, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of a ``Envelope``; ``full`` adds the rules decoding enforces itself."""
-    if full and (problem := min_value(value.seq, 0) or max_value(value.seq, MAX_SEQ)) is not None:
+    """Check the values of ``Envelope``; ``full`` adds the rules decoding enforces itself."""
+    if full and not 0 <= value.seq <= MAX_SEQ:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(value.seq, 0, MAX_SEQ, ""),
             path=f"{path}.seq",
             message_type=message_type,
         )
@@ -748,17 +642,10 @@ def check_envelope(
             path=f"{path}.ts",
             message_type=message_type,
         )
-    if (
-        full
-        and (
-            problem := min_chars(value.session_id, 1)
-            or max_chars(value.session_id, MAX_SESSION_ID_CHARS)
-        )
-        is not None
-    ):
+    if full and not 1 <= len(value.session_id) <= MAX_SESSION_ID_CHARS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(len(value.session_id), 1, MAX_SESSION_ID_CHARS, "characters"),
             path=f"{path}.session_id",
             message_type=message_type,
         )
@@ -767,7 +654,7 @@ def check_envelope(
 def check_session_start(
     value: SessionStart, full: bool, path: str = "$", message_type: str | None = "session.start"
 ) -> None:
-    """Check the values of a ``session.start``; ``full`` adds the rules decoding enforces itself."""
+    """Check the values of ``session.start``; ``full`` adds the rules decoding enforces itself."""
     if full:
         check_envelope(value, full, path, message_type)
     if full and (problem := one_of(value.protocol_version, ("1.0",))) is not None:
@@ -786,9 +673,7 @@ def check_session_start(
 def check_session_update(
     value: SessionUpdate, full: bool, path: str = "$", message_type: str | None = "session.update"
 ) -> None:
-    """Check the values of a ``session.update``; ``full`` adds the rules decoding enforces
-    itself.
-    """
+    """Check the values of ``session.update``; ``full`` adds the rules decoding enforces itself."""
     if full:
         check_envelope(value, full, path, message_type)
     check_session_patch(value.patch, full, f"{path}.patch", message_type)
@@ -797,22 +682,13 @@ def check_session_update(
 def check_session_resume(
     value: SessionResume, full: bool, path: str = "$", message_type: str | None = "session.resume"
 ) -> None:
-    """Check the values of a ``session.resume``; ``full`` adds the rules decoding enforces
-    itself.
-    """
+    """Check the values of ``session.resume``; ``full`` adds the rules decoding enforces itself."""
     if full:
         check_envelope(value, full, path, message_type)
-    if (
-        full
-        and (
-            problem := min_value(value.last_server_seq, 0)
-            or max_value(value.last_server_seq, MAX_SEQ)
-        )
-        is not None
-    ):
+    if full and not 0 <= value.last_server_seq <= MAX_SEQ:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(value.last_server_seq, 0, MAX_SEQ, ""),
             path=f"{path}.last_server_seq",
             message_type=message_type,
         )
@@ -821,24 +697,24 @@ def check_session_resume(
 def check_session_end(
     value: SessionEnd, full: bool, path: str = "$", message_type: str | None = "session.end"
 ) -> None:
-    """Check the values of a ``session.end``; ``full`` adds the rules decoding enforces itself."""
+    """Check the values of ``session.end``; ``full`` adds the rules decoding enforces itself."""
     if full:
         check_envelope(value, full, path, message_type)
-    if (
-        value.error_code is not UNSET
-        and full
-        and (
-            problem := max_chars(value.error_code, MAX_ERROR_CODE_CHARS)
-            or matches(value.error_code, _PATTERN_1)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.error_code",
-            message_type=message_type,
-        )
+    if value.error_code is not UNSET and full:
+        if (problem := matches(value.error_code, _PATTERN_1)) is not None:
+            raise ProtocolError(
+                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
+                problem,
+                path=f"{path}.error_code",
+                message_type=message_type,
+            )
+        if len(value.error_code) > MAX_ERROR_CODE_CHARS:
+            raise ProtocolError(
+                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
+                out_of_range(len(value.error_code), None, MAX_ERROR_CODE_CHARS, "characters"),
+                path=f"{path}.error_code",
+                message_type=message_type,
+            )
     if full:
         check_final_stats(value.stats, full, f"{path}.stats", message_type)
 
@@ -846,41 +722,27 @@ def check_session_end(
 def check_audio_ingress(
     value: AudioIngress, full: bool, path: str = "$", message_type: str | None = "audio.ingress"
 ) -> None:
-    """Check the values of a ``audio.ingress``; ``full`` adds the rules decoding enforces itself."""
+    """Check the values of ``audio.ingress``; ``full`` adds the rules decoding enforces itself."""
     if full:
         check_envelope(value, full, path, message_type)
-    if (
-        full
-        and (problem := min_value(value.window_ms, 1) or max_value(value.window_ms, 60000))
-        is not None
-    ):
+    if full and not 1 <= value.window_ms <= 60000:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(value.window_ms, 1, 60000, ""),
             path=f"{path}.window_ms",
             message_type=message_type,
         )
-    if (
-        full
-        and (problem := min_value(value.frames, 1) or max_value(value.frames, 65535)) is not None
-    ):
+    if full and not 1 <= value.frames <= 65535:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(value.frames, 1, 65535, ""),
             path=f"{path}.frames",
             message_type=message_type,
         )
-    if (
-        full
-        and (
-            problem := min_value(value.last_frame_seq, 0)
-            or max_value(value.last_frame_seq, 4294967295)
-        )
-        is not None
-    ):
+    if full and not 0 <= value.last_frame_seq <= 4294967295:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(value.last_frame_seq, 0, 4294967295, ""),
             path=f"{path}.last_frame_seq",
             message_type=message_type,
         )
@@ -889,43 +751,27 @@ def check_audio_ingress(
 def check_audio_egress(
     value: AudioEgress, full: bool, path: str = "$", message_type: str | None = "audio.egress"
 ) -> None:
-    """Check the values of a ``audio.egress``; ``full`` adds the rules decoding enforces itself."""
+    """Check the values of ``audio.egress``; ``full`` adds the rules decoding enforces itself."""
     if full:
         check_envelope(value, full, path, message_type)
-    if (
-        full
-        and (
-            problem := min_chars(value.utterance_id, 1)
-            or max_chars(value.utterance_id, MAX_ID_CHARS)
-        )
-        is not None
-    ):
+    if full and not 1 <= len(value.utterance_id) <= MAX_ID_CHARS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(len(value.utterance_id), 1, MAX_ID_CHARS, "characters"),
             path=f"{path}.utterance_id",
             message_type=message_type,
         )
-    if (
-        value.turn_id is not UNSET
-        and full
-        and (problem := min_chars(value.turn_id, 1) or max_chars(value.turn_id, MAX_ID_CHARS))
-        is not None
-    ):
+    if value.turn_id is not UNSET and full and not 1 <= len(value.turn_id) <= MAX_ID_CHARS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(len(value.turn_id), 1, MAX_ID_CHARS, "characters"),
             path=f"{path}.turn_id",
             message_type=message_type,
         )
-    if (
-        full
-        and (problem := min_value(value.bytes_sent, 0) or max_value(value.bytes_sent, 4294967295))
-        is not None
-    ):
+    if full and not 0 <= value.bytes_sent <= 4294967295:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(value.bytes_sent, 0, 4294967295, ""),
             path=f"{path}.bytes_sent",
             message_type=message_type,
         )
@@ -934,7 +780,7 @@ def check_audio_egress(
 def check_audio_flush(
     value: AudioFlush, full: bool, path: str = "$", message_type: str | None = "audio.flush"
 ) -> None:
-    """Check the values of a ``audio.flush``; ``full`` adds the rules decoding enforces itself."""
+    """Check the values of ``audio.flush``; ``full`` adds the rules decoding enforces itself."""
     if full:
         check_envelope(value, full, path, message_type)
     if full and (problem := one_of(value.cause, _FLUSH_CAUSE_VALUES)) is not None:
@@ -944,15 +790,10 @@ def check_audio_flush(
             path=f"{path}.cause",
             message_type=message_type,
         )
-    if (
-        value.turn_id is not UNSET
-        and full
-        and (problem := min_chars(value.turn_id, 1) or max_chars(value.turn_id, MAX_ID_CHARS))
-        is not None
-    ):
+    if value.turn_id is not UNSET and full and not 1 <= len(value.turn_id) <= MAX_ID_CHARS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(len(value.turn_id), 1, MAX_ID_CHARS, "characters"),
             path=f"{path}.turn_id",
             message_type=message_type,
         )
@@ -964,22 +805,15 @@ def check_transcript_partial(
     path: str = "$",
     message_type: str | None = "transcript.partial",
 ) -> None:
-    """Check the values of a ``transcript.partial``; ``full`` adds the rules decoding enforces
+    """Check the values of ``transcript.partial``; ``full`` adds the rules decoding enforces
     itself.
     """
     if full:
         check_envelope(value, full, path, message_type)
-    if (
-        full
-        and (
-            problem := min_chars(value.utterance_id, 1)
-            or max_chars(value.utterance_id, MAX_ID_CHARS)
-        )
-        is not None
-    ):
+    if full and not 1 <= len(value.utterance_id) <= MAX_ID_CHARS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(len(value.utterance_id), 1, MAX_ID_CHARS, "characters"),
             path=f"{path}.utterance_id",
             message_type=message_type,
         )
@@ -990,21 +824,21 @@ def check_transcript_partial(
             path=f"{path}.speaker",
             message_type=message_type,
         )
-    if (
-        value.language is not UNSET
-        and full
-        and (
-            problem := max_chars(value.language, MAX_LANGUAGE_TAG_CHARS)
-            or matches(value.language, _PATTERN_5)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.language",
-            message_type=message_type,
-        )
+    if value.language is not UNSET and full:
+        if (problem := matches(value.language, _PATTERN_5)) is not None:
+            raise ProtocolError(
+                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
+                problem,
+                path=f"{path}.language",
+                message_type=message_type,
+            )
+        if len(value.language) > MAX_LANGUAGE_TAG_CHARS:
+            raise ProtocolError(
+                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
+                out_of_range(len(value.language), None, MAX_LANGUAGE_TAG_CHARS, "characters"),
+                path=f"{path}.language",
+                message_type=message_type,
+            )
     if (problem := not_blank(value.text)) is not None:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
@@ -1012,22 +846,21 @@ def check_transcript_partial(
             path=f"{path}.text",
             message_type=message_type,
         )
-    if (
-        value.confidence is not UNSET
-        and full
-        and (
-            problem := finite(value.confidence)
-            or min_value(value.confidence, 0)
-            or max_value(value.confidence, 1)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.confidence",
-            message_type=message_type,
-        )
+    if value.confidence is not UNSET and full:
+        if (problem := finite(value.confidence)) is not None:
+            raise ProtocolError(
+                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
+                problem,
+                path=f"{path}.confidence",
+                message_type=message_type,
+            )
+        if not 0 <= value.confidence <= 1:
+            raise ProtocolError(
+                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
+                out_of_range(value.confidence, 0, 1, ""),
+                path=f"{path}.confidence",
+                message_type=message_type,
+            )
     if value.words is not UNSET and full:
         for index, words_item in enumerate(value.words):
             check_word(words_item, full, f"{path}.words[{index}]", message_type)
@@ -1039,22 +872,15 @@ def check_transcript_final(
     path: str = "$",
     message_type: str | None = "transcript.final",
 ) -> None:
-    """Check the values of a ``transcript.final``; ``full`` adds the rules decoding enforces
+    """Check the values of ``transcript.final``; ``full`` adds the rules decoding enforces
     itself.
     """
     if full:
         check_envelope(value, full, path, message_type)
-    if (
-        full
-        and (
-            problem := min_chars(value.utterance_id, 1)
-            or max_chars(value.utterance_id, MAX_ID_CHARS)
-        )
-        is not None
-    ):
+    if full and not 1 <= len(value.utterance_id) <= MAX_ID_CHARS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(len(value.utterance_id), 1, MAX_ID_CHARS, "characters"),
             path=f"{path}.utterance_id",
             message_type=message_type,
         )
@@ -1065,20 +891,21 @@ def check_transcript_final(
             path=f"{path}.speaker",
             message_type=message_type,
         )
-    if (
-        full
-        and (
-            problem := max_chars(value.language, MAX_LANGUAGE_TAG_CHARS)
-            or matches(value.language, _PATTERN_5)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.language",
-            message_type=message_type,
-        )
+    if full:
+        if (problem := matches(value.language, _PATTERN_5)) is not None:
+            raise ProtocolError(
+                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
+                problem,
+                path=f"{path}.language",
+                message_type=message_type,
+            )
+        if len(value.language) > MAX_LANGUAGE_TAG_CHARS:
+            raise ProtocolError(
+                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
+                out_of_range(len(value.language), None, MAX_LANGUAGE_TAG_CHARS, "characters"),
+                path=f"{path}.language",
+                message_type=message_type,
+            )
     if (problem := not_blank(value.text)) is not None:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
@@ -1086,21 +913,21 @@ def check_transcript_final(
             path=f"{path}.text",
             message_type=message_type,
         )
-    if (
-        full
-        and (
-            problem := finite(value.confidence)
-            or min_value(value.confidence, 0)
-            or max_value(value.confidence, 1)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.confidence",
-            message_type=message_type,
-        )
+    if full:
+        if (problem := finite(value.confidence)) is not None:
+            raise ProtocolError(
+                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
+                problem,
+                path=f"{path}.confidence",
+                message_type=message_type,
+            )
+        if not 0 <= value.confidence <= 1:
+            raise ProtocolError(
+                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
+                out_of_range(value.confidence, 0, 1, ""),
+                path=f"{path}.confidence",
+                message_type=message_type,
+            )
     if full:
         for index, words_item in enumerate(value.words):
             check_word(words_item, full, f"{path}.words[{index}]", message_type)
@@ -1109,7 +936,7 @@ def check_transcript_final(
 def check_agent_input(
     value: AgentInput, full: bool, path: str = "$", message_type: str | None = "agent.input"
 ) -> None:
-    """Check the values of a ``agent.input``; ``full`` adds the rules decoding enforces itself."""
+    """Check the values of ``agent.input``; ``full`` adds the rules decoding enforces itself."""
     if full:
         check_envelope(value, full, path, message_type)
     if full and (problem := one_of(value.source, _INPUT_SOURCE_VALUES)) is not None:
@@ -1131,26 +958,20 @@ def check_agent_input(
 def check_agent_thinking(
     value: AgentThinking, full: bool, path: str = "$", message_type: str | None = "agent.thinking"
 ) -> None:
-    """Check the values of a ``agent.thinking``; ``full`` adds the rules decoding enforces
-    itself.
-    """
+    """Check the values of ``agent.thinking``; ``full`` adds the rules decoding enforces itself."""
     if full:
         check_envelope(value, full, path, message_type)
-    if (
-        full
-        and (problem := min_chars(value.turn_id, 1) or max_chars(value.turn_id, MAX_ID_CHARS))
-        is not None
-    ):
+    if full and not 1 <= len(value.turn_id) <= MAX_ID_CHARS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(len(value.turn_id), 1, MAX_ID_CHARS, "characters"),
             path=f"{path}.turn_id",
             message_type=message_type,
         )
-    if full and (problem := min_chars(value.delta, 1)) is not None:
+    if full and len(value.delta) < 1:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(len(value.delta), 1, None, "characters"),
             path=f"{path}.delta",
             message_type=message_type,
         )
@@ -1159,17 +980,13 @@ def check_agent_thinking(
 def check_agent_output(
     value: AgentOutput, full: bool, path: str = "$", message_type: str | None = "agent.output"
 ) -> None:
-    """Check the values of a ``agent.output``; ``full`` adds the rules decoding enforces itself."""
+    """Check the values of ``agent.output``; ``full`` adds the rules decoding enforces itself."""
     if full:
         check_envelope(value, full, path, message_type)
-    if (
-        full
-        and (problem := min_chars(value.turn_id, 1) or max_chars(value.turn_id, MAX_ID_CHARS))
-        is not None
-    ):
+    if full and not 1 <= len(value.turn_id) <= MAX_ID_CHARS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(len(value.turn_id), 1, MAX_ID_CHARS, "characters"),
             path=f"{path}.turn_id",
             message_type=message_type,
         )
@@ -1188,51 +1005,40 @@ def check_agent_tool_invoke(
     path: str = "$",
     message_type: str | None = "agent.tool.invoke",
 ) -> None:
-    """Check the values of a ``agent.tool.invoke``; ``full`` adds the rules decoding enforces
+    """Check the values of ``agent.tool.invoke``; ``full`` adds the rules decoding enforces
     itself.
     """
     if full:
         check_envelope(value, full, path, message_type)
-    if (
-        full
-        and (problem := min_chars(value.turn_id, 1) or max_chars(value.turn_id, MAX_ID_CHARS))
-        is not None
-    ):
+    if full and not 1 <= len(value.turn_id) <= MAX_ID_CHARS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(len(value.turn_id), 1, MAX_ID_CHARS, "characters"),
             path=f"{path}.turn_id",
             message_type=message_type,
         )
-    if (
-        full
-        and (
-            problem := min_chars(value.tool_call_id, 1)
-            or max_chars(value.tool_call_id, MAX_ID_CHARS)
-        )
-        is not None
-    ):
+    if full and not 1 <= len(value.tool_call_id) <= MAX_ID_CHARS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(len(value.tool_call_id), 1, MAX_ID_CHARS, "characters"),
             path=f"{path}.tool_call_id",
             message_type=message_type,
         )
-    if (
-        full
-        and (
-            problem := min_chars(value.name, 1)
-            or max_chars(value.name, MAX_TOOL_NAME_CHARS)
-            or matches(value.name, _PATTERN_3)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.name",
-            message_type=message_type,
-        )
+    if full:
+        if (problem := matches(value.name, _PATTERN_3)) is not None:
+            raise ProtocolError(
+                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
+                problem,
+                path=f"{path}.name",
+                message_type=message_type,
+            )
+        if not 1 <= len(value.name) <= MAX_TOOL_NAME_CHARS:
+            raise ProtocolError(
+                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
+                out_of_range(len(value.name), 1, MAX_TOOL_NAME_CHARS, "characters"),
+                path=f"{path}.name",
+                message_type=message_type,
+            )
     if full and (found := json_value_problem(value.arguments, "")) is not None:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
@@ -1248,33 +1054,22 @@ def check_agent_tool_streaming(
     path: str = "$",
     message_type: str | None = "agent.tool.streaming",
 ) -> None:
-    """Check the values of a ``agent.tool.streaming``; ``full`` adds the rules decoding enforces
+    """Check the values of ``agent.tool.streaming``; ``full`` adds the rules decoding enforces
     itself.
     """
     if full:
         check_envelope(value, full, path, message_type)
-    if (
-        full
-        and (problem := min_chars(value.turn_id, 1) or max_chars(value.turn_id, MAX_ID_CHARS))
-        is not None
-    ):
+    if full and not 1 <= len(value.turn_id) <= MAX_ID_CHARS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(len(value.turn_id), 1, MAX_ID_CHARS, "characters"),
             path=f"{path}.turn_id",
             message_type=message_type,
         )
-    if (
-        full
-        and (
-            problem := min_chars(value.tool_call_id, 1)
-            or max_chars(value.tool_call_id, MAX_ID_CHARS)
-        )
-        is not None
-    ):
+    if full and not 1 <= len(value.tool_call_id) <= MAX_ID_CHARS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(len(value.tool_call_id), 1, MAX_ID_CHARS, "characters"),
             path=f"{path}.tool_call_id",
             message_type=message_type,
         )
@@ -1293,33 +1088,22 @@ def check_agent_tool_result(
     path: str = "$",
     message_type: str | None = "agent.tool.result",
 ) -> None:
-    """Check the values of a ``agent.tool.result``; ``full`` adds the rules decoding enforces
+    """Check the values of ``agent.tool.result``; ``full`` adds the rules decoding enforces
     itself.
     """
     if full:
         check_envelope(value, full, path, message_type)
-    if (
-        full
-        and (problem := min_chars(value.turn_id, 1) or max_chars(value.turn_id, MAX_ID_CHARS))
-        is not None
-    ):
+    if full and not 1 <= len(value.turn_id) <= MAX_ID_CHARS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(len(value.turn_id), 1, MAX_ID_CHARS, "characters"),
             path=f"{path}.turn_id",
             message_type=message_type,
         )
-    if (
-        full
-        and (
-            problem := min_chars(value.tool_call_id, 1)
-            or max_chars(value.tool_call_id, MAX_ID_CHARS)
-        )
-        is not None
-    ):
+    if full and not 1 <= len(value.tool_call_id) <= MAX_ID_CHARS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(len(value.tool_call_id), 1, MAX_ID_CHARS, "characters"),
             path=f"{path}.tool_call_id",
             message_type=message_type,
         )
@@ -1330,17 +1114,10 @@ def check_agent_tool_result(
             path=f"{path}.result{found[0]}",
             message_type=message_type,
         )
-    if (
-        full
-        and (
-            problem := min_value(value.duration_ms, 0)
-            or max_value(value.duration_ms, MAX_ELAPSED_MS)
-        )
-        is not None
-    ):
+    if full and not 0 <= value.duration_ms <= MAX_ELAPSED_MS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(value.duration_ms, 0, MAX_ELAPSED_MS, ""),
             path=f"{path}.duration_ms",
             message_type=message_type,
         )
@@ -1352,63 +1129,44 @@ def check_agent_tool_error(
     path: str = "$",
     message_type: str | None = "agent.tool.error",
 ) -> None:
-    """Check the values of a ``agent.tool.error``; ``full`` adds the rules decoding enforces
+    """Check the values of ``agent.tool.error``; ``full`` adds the rules decoding enforces
     itself.
     """
     if full:
         check_envelope(value, full, path, message_type)
-    if (
-        full
-        and (problem := min_chars(value.turn_id, 1) or max_chars(value.turn_id, MAX_ID_CHARS))
-        is not None
-    ):
+    if full and not 1 <= len(value.turn_id) <= MAX_ID_CHARS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(len(value.turn_id), 1, MAX_ID_CHARS, "characters"),
             path=f"{path}.turn_id",
             message_type=message_type,
         )
-    if (
-        full
-        and (
-            problem := min_chars(value.tool_call_id, 1)
-            or max_chars(value.tool_call_id, MAX_ID_CHARS)
-        )
-        is not None
-    ):
+    if full and not 1 <= len(value.tool_call_id) <= MAX_ID_CHARS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(len(value.tool_call_id), 1, MAX_ID_CHARS, "characters"),
             path=f"{path}.tool_call_id",
             message_type=message_type,
         )
-    if (
-        full
-        and (
-            problem := min_chars(value.code, 1)
-            or max_chars(value.code, MAX_ERROR_CODE_CHARS)
-            or matches(value.code, _PATTERN_4)
-        )
-        is not None
-    ):
+    if full:
+        if (problem := matches(value.code, _PATTERN_4)) is not None:
+            raise ProtocolError(
+                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
+                problem,
+                path=f"{path}.code",
+                message_type=message_type,
+            )
+        if not 1 <= len(value.code) <= MAX_ERROR_CODE_CHARS:
+            raise ProtocolError(
+                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
+                out_of_range(len(value.code), 1, MAX_ERROR_CODE_CHARS, "characters"),
+                path=f"{path}.code",
+                message_type=message_type,
+            )
+    if value.duration_ms is not UNSET and full and not 0 <= value.duration_ms <= MAX_ELAPSED_MS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.code",
-            message_type=message_type,
-        )
-    if (
-        value.duration_ms is not UNSET
-        and full
-        and (
-            problem := min_value(value.duration_ms, 0)
-            or max_value(value.duration_ms, MAX_ELAPSED_MS)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(value.duration_ms, 0, MAX_ELAPSED_MS, ""),
             path=f"{path}.duration_ms",
             message_type=message_type,
         )
@@ -1417,43 +1175,27 @@ def check_agent_tool_error(
 def check_agent_barge_in(
     value: AgentBargeIn, full: bool, path: str = "$", message_type: str | None = "agent.barge_in"
 ) -> None:
-    """Check the values of a ``agent.barge_in``; ``full`` adds the rules decoding enforces
-    itself.
-    """
+    """Check the values of ``agent.barge_in``; ``full`` adds the rules decoding enforces itself."""
     if full:
         check_envelope(value, full, path, message_type)
-    if (
-        full
-        and (problem := min_chars(value.turn_id, 1) or max_chars(value.turn_id, MAX_ID_CHARS))
-        is not None
-    ):
+    if full and not 1 <= len(value.turn_id) <= MAX_ID_CHARS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(len(value.turn_id), 1, MAX_ID_CHARS, "characters"),
             path=f"{path}.turn_id",
             message_type=message_type,
         )
-    if (
-        full
-        and (
-            problem := min_value(value.played_bytes, 0) or max_value(value.played_bytes, 4294967295)
-        )
-        is not None
-    ):
+    if full and not 0 <= value.played_bytes <= 4294967295:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(value.played_bytes, 0, 4294967295, ""),
             path=f"{path}.played_bytes",
             message_type=message_type,
         )
-    if (
-        full
-        and (problem := min_value(value.played_ms, 0) or max_value(value.played_ms, MAX_ELAPSED_MS))
-        is not None
-    ):
+    if full and not 0 <= value.played_ms <= MAX_ELAPSED_MS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(value.played_ms, 0, MAX_ELAPSED_MS, ""),
             path=f"{path}.played_ms",
             message_type=message_type,
         )
@@ -1462,18 +1204,13 @@ def check_agent_barge_in(
 def check_agent_cancel(
     value: AgentCancel, full: bool, path: str = "$", message_type: str | None = "agent.cancel"
 ) -> None:
-    """Check the values of a ``agent.cancel``; ``full`` adds the rules decoding enforces itself."""
+    """Check the values of ``agent.cancel``; ``full`` adds the rules decoding enforces itself."""
     if full:
         check_envelope(value, full, path, message_type)
-    if (
-        value.turn_id is not UNSET
-        and full
-        and (problem := min_chars(value.turn_id, 1) or max_chars(value.turn_id, MAX_ID_CHARS))
-        is not None
-    ):
+    if value.turn_id is not UNSET and full and not 1 <= len(value.turn_id) <= MAX_ID_CHARS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(len(value.turn_id), 1, MAX_ID_CHARS, "characters"),
             path=f"{path}.turn_id",
             message_type=message_type,
         )
@@ -1485,22 +1222,15 @@ def check_supervisor_takeover(
     path: str = "$",
     message_type: str | None = "supervisor.takeover",
 ) -> None:
-    """Check the values of a ``supervisor.takeover``; ``full`` adds the rules decoding enforces
+    """Check the values of ``supervisor.takeover``; ``full`` adds the rules decoding enforces
     itself.
     """
     if full:
         check_envelope(value, full, path, message_type)
-    if (
-        full
-        and (
-            problem := min_chars(value.operator_user_id, 1)
-            or max_chars(value.operator_user_id, MAX_ID_CHARS)
-        )
-        is not None
-    ):
+    if full and not 1 <= len(value.operator_user_id) <= MAX_ID_CHARS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(len(value.operator_user_id), 1, MAX_ID_CHARS, "characters"),
             path=f"{path}.operator_user_id",
             message_type=message_type,
         )
@@ -1512,22 +1242,15 @@ def check_supervisor_release(
     path: str = "$",
     message_type: str | None = "supervisor.release",
 ) -> None:
-    """Check the values of a ``supervisor.release``; ``full`` adds the rules decoding enforces
+    """Check the values of ``supervisor.release``; ``full`` adds the rules decoding enforces
     itself.
     """
     if full:
         check_envelope(value, full, path, message_type)
-    if (
-        full
-        and (
-            problem := min_chars(value.operator_user_id, 1)
-            or max_chars(value.operator_user_id, MAX_ID_CHARS)
-        )
-        is not None
-    ):
+    if full and not 1 <= len(value.operator_user_id) <= MAX_ID_CHARS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(len(value.operator_user_id), 1, MAX_ID_CHARS, "characters"),
             path=f"{path}.operator_user_id",
             message_type=message_type,
         )
@@ -1543,7 +1266,7 @@ def check_supervisor_release(
 def check_image_send(
     value: ImageSend, full: bool, path: str = "$", message_type: str | None = "image.send"
 ) -> None:
-    """Check the values of a ``image.send``; ``full`` adds the rules decoding enforces itself."""
+    """Check the values of ``image.send``; ``full`` adds the rules decoding enforces itself."""
     if full:
         check_envelope(value, full, path, message_type)
     if full and (problem := one_of(value.channel, _MEDIA_CHANNEL_VALUES)) is not None:
@@ -1553,39 +1276,32 @@ def check_image_send(
             path=f"{path}.channel",
             message_type=message_type,
         )
-    if (
-        full
-        and (
-            problem := max_chars(value.media_url, MAX_URL_CHARS)
-            or matches(value.media_url, _PATTERN_6)
-        )
-        is not None
-    ):
+    if full:
+        if (problem := matches(value.media_url, _PATTERN_6)) is not None:
+            raise ProtocolError(
+                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
+                problem,
+                path=f"{path}.media_url",
+                message_type=message_type,
+            )
+        if len(value.media_url) > MAX_URL_CHARS:
+            raise ProtocolError(
+                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
+                out_of_range(len(value.media_url), None, MAX_URL_CHARS, "characters"),
+                path=f"{path}.media_url",
+                message_type=message_type,
+            )
+    if value.caption is not UNSET and full and len(value.caption) > MAX_CAPTION_CHARS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.media_url",
-            message_type=message_type,
-        )
-    if (
-        value.caption is not UNSET
-        and full
-        and (problem := max_chars(value.caption, MAX_CAPTION_CHARS)) is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(len(value.caption), None, MAX_CAPTION_CHARS, "characters"),
             path=f"{path}.caption",
             message_type=message_type,
         )
-    if (
-        full
-        and (problem := min_chars(value.media_id, 1) or max_chars(value.media_id, MAX_ID_CHARS))
-        is not None
-    ):
+    if full and not 1 <= len(value.media_id) <= MAX_ID_CHARS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(len(value.media_id), 1, MAX_ID_CHARS, "characters"),
             path=f"{path}.media_id",
             message_type=message_type,
         )
@@ -1594,7 +1310,7 @@ def check_image_send(
 def check_file_attach(
     value: FileAttach, full: bool, path: str = "$", message_type: str | None = "file.attach"
 ) -> None:
-    """Check the values of a ``file.attach``; ``full`` adds the rules decoding enforces itself."""
+    """Check the values of ``file.attach``; ``full`` adds the rules decoding enforces itself."""
     if full:
         check_envelope(value, full, path, message_type)
     if full and (problem := one_of(value.channel, _MEDIA_CHANNEL_VALUES)) is not None:
@@ -1604,20 +1320,21 @@ def check_file_attach(
             path=f"{path}.channel",
             message_type=message_type,
         )
-    if (
-        full
-        and (
-            problem := max_chars(value.media_url, MAX_URL_CHARS)
-            or matches(value.media_url, _PATTERN_6)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.media_url",
-            message_type=message_type,
-        )
+    if full:
+        if (problem := matches(value.media_url, _PATTERN_6)) is not None:
+            raise ProtocolError(
+                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
+                problem,
+                path=f"{path}.media_url",
+                message_type=message_type,
+            )
+        if len(value.media_url) > MAX_URL_CHARS:
+            raise ProtocolError(
+                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
+                out_of_range(len(value.media_url), None, MAX_URL_CHARS, "characters"),
+                path=f"{path}.media_url",
+                message_type=message_type,
+            )
     if (problem := not_blank(value.file_name)) is not None:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
@@ -1625,62 +1342,46 @@ def check_file_attach(
             path=f"{path}.file_name",
             message_type=message_type,
         )
-    if (
-        full
-        and (
-            problem := min_chars(value.file_name, 1)
-            or max_chars(value.file_name, MAX_FILE_NAME_CHARS)
-        )
-        is not None
-    ):
+    if full and not 1 <= len(value.file_name) <= MAX_FILE_NAME_CHARS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(len(value.file_name), 1, MAX_FILE_NAME_CHARS, "characters"),
             path=f"{path}.file_name",
             message_type=message_type,
         )
-    if (
-        full
-        and (problem := max_chars(value.mime_type, 255) or matches(value.mime_type, _PATTERN_2))
-        is not None
-    ):
+    if full:
+        if (problem := matches(value.mime_type, _PATTERN_2)) is not None:
+            raise ProtocolError(
+                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
+                problem,
+                path=f"{path}.mime_type",
+                message_type=message_type,
+            )
+        if len(value.mime_type) > 255:
+            raise ProtocolError(
+                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
+                out_of_range(len(value.mime_type), None, 255, "characters"),
+                path=f"{path}.mime_type",
+                message_type=message_type,
+            )
+    if value.size_bytes is not UNSET and full and not 0 <= value.size_bytes <= 4294967295:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.mime_type",
-            message_type=message_type,
-        )
-    if (
-        value.size_bytes is not UNSET
-        and full
-        and (problem := min_value(value.size_bytes, 0) or max_value(value.size_bytes, 4294967295))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(value.size_bytes, 0, 4294967295, ""),
             path=f"{path}.size_bytes",
             message_type=message_type,
         )
-    if (
-        value.caption is not UNSET
-        and full
-        and (problem := max_chars(value.caption, MAX_CAPTION_CHARS)) is not None
-    ):
+    if value.caption is not UNSET and full and len(value.caption) > MAX_CAPTION_CHARS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(len(value.caption), None, MAX_CAPTION_CHARS, "characters"),
             path=f"{path}.caption",
             message_type=message_type,
         )
-    if (
-        full
-        and (problem := min_chars(value.media_id, 1) or max_chars(value.media_id, MAX_ID_CHARS))
-        is not None
-    ):
+    if full and not 1 <= len(value.media_id) <= MAX_ID_CHARS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(len(value.media_id), 1, MAX_ID_CHARS, "characters"),
             path=f"{path}.media_id",
             message_type=message_type,
         )
@@ -1689,7 +1390,7 @@ def check_file_attach(
 def check_screen_share(
     value: ScreenShare, full: bool, path: str = "$", message_type: str | None = "screen.share"
 ) -> None:
-    """Check the values of a ``screen.share``; ``full`` adds the rules decoding enforces itself."""
+    """Check the values of ``screen.share``; ``full`` adds the rules decoding enforces itself."""
     if full:
         check_envelope(value, full, path, message_type)
     if full and (problem := one_of(value.action, _SCREEN_SHARE_ACTION_VALUES)) is not None:
@@ -1699,29 +1400,28 @@ def check_screen_share(
             path=f"{path}.action",
             message_type=message_type,
         )
-    if (
-        full
-        and (problem := min_chars(value.share_id, 1) or max_chars(value.share_id, MAX_ID_CHARS))
-        is not None
-    ):
+    if full and not 1 <= len(value.share_id) <= MAX_ID_CHARS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(len(value.share_id), 1, MAX_ID_CHARS, "characters"),
             path=f"{path}.share_id",
             message_type=message_type,
         )
-    if (
-        value.url is not UNSET
-        and full
-        and (problem := max_chars(value.url, MAX_URL_CHARS) or matches(value.url, _PATTERN_6))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.url",
-            message_type=message_type,
-        )
+    if value.url is not UNSET and full:
+        if (problem := matches(value.url, _PATTERN_6)) is not None:
+            raise ProtocolError(
+                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
+                problem,
+                path=f"{path}.url",
+                message_type=message_type,
+            )
+        if len(value.url) > MAX_URL_CHARS:
+            raise ProtocolError(
+                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
+                out_of_range(len(value.url), None, MAX_URL_CHARS, "characters"),
+                path=f"{path}.url",
+                message_type=message_type,
+            )
     if (
         problem := requires(
             value.url not in (UNSET, None, False), value.action, "start", ("url", "action")
@@ -1741,67 +1441,71 @@ def check_call_quality_update(
     path: str = "$",
     message_type: str | None = "call.quality.update",
 ) -> None:
-    """Check the values of a ``call.quality.update``; ``full`` adds the rules decoding enforces
+    """Check the values of ``call.quality.update``; ``full`` adds the rules decoding enforces
     itself.
     """
     if full:
         check_envelope(value, full, path, message_type)
-    if (
-        full
-        and (
-            problem := finite(value.packet_loss_pct)
-            or min_value(value.packet_loss_pct, 0)
-            or max_value(value.packet_loss_pct, 100)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.packet_loss_pct",
-            message_type=message_type,
-        )
-    if (
-        full
-        and (
-            problem := finite(value.jitter_ms)
-            or min_value(value.jitter_ms, 0)
-            or max_value(value.jitter_ms, 60000)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.jitter_ms",
-            message_type=message_type,
-        )
-    if (
-        full
-        and (
-            problem := finite(value.rtt_ms)
-            or min_value(value.rtt_ms, 0)
-            or max_value(value.rtt_ms, 60000)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.rtt_ms",
-            message_type=message_type,
-        )
-    if (
-        full
-        and (problem := finite(value.mos) or min_value(value.mos, 1) or max_value(value.mos, 5))
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.mos",
-            message_type=message_type,
-        )
+    if full:
+        if (problem := finite(value.packet_loss_pct)) is not None:
+            raise ProtocolError(
+                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
+                problem,
+                path=f"{path}.packet_loss_pct",
+                message_type=message_type,
+            )
+        if not 0 <= value.packet_loss_pct <= 100:
+            raise ProtocolError(
+                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
+                out_of_range(value.packet_loss_pct, 0, 100, ""),
+                path=f"{path}.packet_loss_pct",
+                message_type=message_type,
+            )
+    if full:
+        if (problem := finite(value.jitter_ms)) is not None:
+            raise ProtocolError(
+                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
+                problem,
+                path=f"{path}.jitter_ms",
+                message_type=message_type,
+            )
+        if not 0 <= value.jitter_ms <= 60000:
+            raise ProtocolError(
+                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
+                out_of_range(value.jitter_ms, 0, 60000, ""),
+                path=f"{path}.jitter_ms",
+                message_type=message_type,
+            )
+    if full:
+        if (problem := finite(value.rtt_ms)) is not None:
+            raise ProtocolError(
+                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
+                problem,
+                path=f"{path}.rtt_ms",
+                message_type=message_type,
+            )
+        if not 0 <= value.rtt_ms <= 60000:
+            raise ProtocolError(
+                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
+                out_of_range(value.rtt_ms, 0, 60000, ""),
+                path=f"{path}.rtt_ms",
+                message_type=message_type,
+            )
+    if full:
+        if (problem := finite(value.mos)) is not None:
+            raise ProtocolError(
+                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
+                problem,
+                path=f"{path}.mos",
+                message_type=message_type,
+            )
+        if not 1 <= value.mos <= 5:
+            raise ProtocolError(
+                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
+                out_of_range(value.mos, 1, 5, ""),
+                path=f"{path}.mos",
+                message_type=message_type,
+            )
 
 
 def check_agent_latency_breakdown(
@@ -1810,105 +1514,61 @@ def check_agent_latency_breakdown(
     path: str = "$",
     message_type: str | None = "agent.latency.breakdown",
 ) -> None:
-    """Check the values of a ``agent.latency.breakdown``; ``full`` adds the rules decoding
-    enforces itself.
+    """Check the values of ``agent.latency.breakdown``; ``full`` adds the rules decoding enforces
+    itself.
     """
     if full:
         check_envelope(value, full, path, message_type)
-    if (
-        full
-        and (problem := min_chars(value.turn_id, 1) or max_chars(value.turn_id, MAX_ID_CHARS))
-        is not None
-    ):
+    if full and not 1 <= len(value.turn_id) <= MAX_ID_CHARS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(len(value.turn_id), 1, MAX_ID_CHARS, "characters"),
             path=f"{path}.turn_id",
             message_type=message_type,
         )
     if (
         value.stt_first_token_ms is not None
         and full
-        and (
-            problem := min_value(value.stt_first_token_ms, 0)
-            or max_value(value.stt_first_token_ms, MAX_ELAPSED_MS)
-        )
-        is not None
+        and not 0 <= value.stt_first_token_ms <= MAX_ELAPSED_MS
     ):
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(value.stt_first_token_ms, 0, MAX_ELAPSED_MS, ""),
             path=f"{path}.stt_first_token_ms",
             message_type=message_type,
         )
-    if (
-        value.stt_final_ms is not None
-        and full
-        and (
-            problem := min_value(value.stt_final_ms, 0)
-            or max_value(value.stt_final_ms, MAX_ELAPSED_MS)
-        )
-        is not None
-    ):
+    if value.stt_final_ms is not None and full and not 0 <= value.stt_final_ms <= MAX_ELAPSED_MS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(value.stt_final_ms, 0, MAX_ELAPSED_MS, ""),
             path=f"{path}.stt_final_ms",
             message_type=message_type,
         )
-    if (
-        full
-        and (
-            problem := min_value(value.llm_first_token_ms, 0)
-            or max_value(value.llm_first_token_ms, MAX_ELAPSED_MS)
-        )
-        is not None
-    ):
+    if full and not 0 <= value.llm_first_token_ms <= MAX_ELAPSED_MS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(value.llm_first_token_ms, 0, MAX_ELAPSED_MS, ""),
             path=f"{path}.llm_first_token_ms",
             message_type=message_type,
         )
-    if (
-        full
-        and (
-            problem := min_value(value.llm_final_ms, 0)
-            or max_value(value.llm_final_ms, MAX_ELAPSED_MS)
-        )
-        is not None
-    ):
+    if full and not 0 <= value.llm_final_ms <= MAX_ELAPSED_MS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(value.llm_final_ms, 0, MAX_ELAPSED_MS, ""),
             path=f"{path}.llm_final_ms",
             message_type=message_type,
         )
-    if (
-        full
-        and (
-            problem := min_value(value.tts_first_byte_ms, 0)
-            or max_value(value.tts_first_byte_ms, MAX_ELAPSED_MS)
-        )
-        is not None
-    ):
+    if full and not 0 <= value.tts_first_byte_ms <= MAX_ELAPSED_MS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(value.tts_first_byte_ms, 0, MAX_ELAPSED_MS, ""),
             path=f"{path}.tts_first_byte_ms",
             message_type=message_type,
         )
-    if (
-        full
-        and (
-            problem := min_value(value.total_turn_ms, 0)
-            or max_value(value.total_turn_ms, MAX_ELAPSED_MS)
-        )
-        is not None
-    ):
+    if full and not 0 <= value.total_turn_ms <= MAX_ELAPSED_MS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(value.total_turn_ms, 0, MAX_ELAPSED_MS, ""),
             path=f"{path}.total_turn_ms",
             message_type=message_type,
         )
@@ -1917,22 +1577,13 @@ def check_agent_latency_breakdown(
 def check_agent_cost_tick(
     value: AgentCostTick, full: bool, path: str = "$", message_type: str | None = "agent.cost.tick"
 ) -> None:
-    """Check the values of a ``agent.cost.tick``; ``full`` adds the rules decoding enforces
-    itself.
-    """
+    """Check the values of ``agent.cost.tick``; ``full`` adds the rules decoding enforces itself."""
     if full:
         check_envelope(value, full, path, message_type)
-    if (
-        full
-        and (
-            problem := min_value(value.total_cost_usd_micros, 0)
-            or max_value(value.total_cost_usd_micros, JSON_SAFE_INTEGER)
-        )
-        is not None
-    ):
+    if full and not 0 <= value.total_cost_usd_micros <= JSON_SAFE_INTEGER:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(value.total_cost_usd_micros, 0, JSON_SAFE_INTEGER, ""),
             path=f"{path}.total_cost_usd_micros",
             message_type=message_type,
         )
@@ -1946,8 +1597,8 @@ def check_agent_handoff_requested(
     path: str = "$",
     message_type: str | None = "agent.handoff_requested",
 ) -> None:
-    """Check the values of a ``agent.handoff_requested``; ``full`` adds the rules decoding
-    enforces itself.
+    """Check the values of ``agent.handoff_requested``; ``full`` adds the rules decoding enforces
+    itself.
     """
     if full:
         check_envelope(value, full, path, message_type)
@@ -1966,36 +1617,22 @@ def check_agent_handoff_accepted(
     path: str = "$",
     message_type: str | None = "agent.handoff_accepted",
 ) -> None:
-    """Check the values of a ``agent.handoff_accepted``; ``full`` adds the rules decoding
-    enforces itself.
+    """Check the values of ``agent.handoff_accepted``; ``full`` adds the rules decoding enforces
+    itself.
     """
     if full:
         check_envelope(value, full, path, message_type)
-    if (
-        full
-        and (
-            problem := min_chars(value.operator_user_id, 1)
-            or max_chars(value.operator_user_id, MAX_ID_CHARS)
-        )
-        is not None
-    ):
+    if full and not 1 <= len(value.operator_user_id) <= MAX_ID_CHARS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(len(value.operator_user_id), 1, MAX_ID_CHARS, "characters"),
             path=f"{path}.operator_user_id",
             message_type=message_type,
         )
-    if (
-        full
-        and (
-            problem := min_value(value.queue_wait_ms, 0)
-            or max_value(value.queue_wait_ms, MAX_ELAPSED_MS)
-        )
-        is not None
-    ):
+    if full and not 0 <= value.queue_wait_ms <= MAX_ELAPSED_MS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(value.queue_wait_ms, 0, MAX_ELAPSED_MS, ""),
             path=f"{path}.queue_wait_ms",
             message_type=message_type,
         )
@@ -2007,22 +1644,15 @@ def check_agent_handoff_completed(
     path: str = "$",
     message_type: str | None = "agent.handoff_completed",
 ) -> None:
-    """Check the values of a ``agent.handoff_completed``; ``full`` adds the rules decoding
-    enforces itself.
+    """Check the values of ``agent.handoff_completed``; ``full`` adds the rules decoding enforces
+    itself.
     """
     if full:
         check_envelope(value, full, path, message_type)
-    if (
-        full
-        and (
-            problem := min_chars(value.operator_user_id, 1)
-            or max_chars(value.operator_user_id, MAX_ID_CHARS)
-        )
-        is not None
-    ):
+    if full and not 1 <= len(value.operator_user_id) <= MAX_ID_CHARS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(len(value.operator_user_id), 1, MAX_ID_CHARS, "characters"),
             path=f"{path}.operator_user_id",
             message_type=message_type,
         )
@@ -2034,7 +1664,7 @@ def check_agent_handoff_failed(
     path: str = "$",
     message_type: str | None = "agent.handoff_failed",
 ) -> None:
-    """Check the values of a ``agent.handoff_failed``; ``full`` adds the rules decoding enforces
+    """Check the values of ``agent.handoff_failed``; ``full`` adds the rules decoding enforces
     itself.
     """
     if full:
@@ -2058,36 +1688,28 @@ def check_agent_handoff_failed(
 def check_dtmf_received(
     value: DtmfReceived, full: bool, path: str = "$", message_type: str | None = "dtmf.received"
 ) -> None:
-    """Check the values of a ``dtmf.received``; ``full`` adds the rules decoding enforces itself."""
+    """Check the values of ``dtmf.received``; ``full`` adds the rules decoding enforces itself."""
     if full:
         check_envelope(value, full, path, message_type)
-    if (
-        full
-        and (
-            problem := min_chars(value.digits, 1)
-            or max_chars(value.digits, MAX_DTMF_DIGITS)
-            or matches(value.digits, _PATTERN_0)
-        )
-        is not None
-    ):
+    if full:
+        if (problem := matches(value.digits, _PATTERN_0)) is not None:
+            raise ProtocolError(
+                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
+                problem,
+                path=f"{path}.digits",
+                message_type=message_type,
+            )
+        if not 1 <= len(value.digits) <= MAX_DTMF_DIGITS:
+            raise ProtocolError(
+                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
+                out_of_range(len(value.digits), 1, MAX_DTMF_DIGITS, "characters"),
+                path=f"{path}.digits",
+                message_type=message_type,
+            )
+    if value.duration_ms is not UNSET and full and not 0 <= value.duration_ms <= MAX_ELAPSED_MS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.digits",
-            message_type=message_type,
-        )
-    if (
-        value.duration_ms is not UNSET
-        and full
-        and (
-            problem := min_value(value.duration_ms, 0)
-            or max_value(value.duration_ms, MAX_ELAPSED_MS)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(value.duration_ms, 0, MAX_ELAPSED_MS, ""),
             path=f"{path}.duration_ms",
             message_type=message_type,
         )
@@ -2096,35 +1718,28 @@ def check_dtmf_received(
 def check_dtmf_send(
     value: DtmfSend, full: bool, path: str = "$", message_type: str | None = "dtmf.send"
 ) -> None:
-    """Check the values of a ``dtmf.send``; ``full`` adds the rules decoding enforces itself."""
+    """Check the values of ``dtmf.send``; ``full`` adds the rules decoding enforces itself."""
     if full:
         check_envelope(value, full, path, message_type)
-    if (
-        full
-        and (
-            problem := min_chars(value.digits, 1)
-            or max_chars(value.digits, MAX_DTMF_DIGITS)
-            or matches(value.digits, _PATTERN_0)
-        )
-        is not None
-    ):
+    if full:
+        if (problem := matches(value.digits, _PATTERN_0)) is not None:
+            raise ProtocolError(
+                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
+                problem,
+                path=f"{path}.digits",
+                message_type=message_type,
+            )
+        if not 1 <= len(value.digits) <= MAX_DTMF_DIGITS:
+            raise ProtocolError(
+                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
+                out_of_range(len(value.digits), 1, MAX_DTMF_DIGITS, "characters"),
+                path=f"{path}.digits",
+                message_type=message_type,
+            )
+    if full and not DTMF_MIN_DURATION_MS <= value.duration_ms <= DTMF_MAX_DURATION_MS:
         raise ProtocolError(
             ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.digits",
-            message_type=message_type,
-        )
-    if (
-        full
-        and (
-            problem := min_value(value.duration_ms, DTMF_MIN_DURATION_MS)
-            or max_value(value.duration_ms, DTMF_MAX_DURATION_MS)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
+            out_of_range(value.duration_ms, DTMF_MIN_DURATION_MS, DTMF_MAX_DURATION_MS, ""),
             path=f"{path}.duration_ms",
             message_type=message_type,
         )
@@ -2133,24 +1748,24 @@ def check_dtmf_send(
 def check_error(
     value: Error, full: bool, path: str = "$", message_type: str | None = "error"
 ) -> None:
-    """Check the values of a ``error``; ``full`` adds the rules decoding enforces itself."""
+    """Check the values of ``error``; ``full`` adds the rules decoding enforces itself."""
     if full:
         check_envelope(value, full, path, message_type)
-    if (
-        full
-        and (
-            problem := min_chars(value.code, 1)
-            or max_chars(value.code, MAX_ERROR_CODE_CHARS)
-            or matches(value.code, _PATTERN_1)
-        )
-        is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-            problem,
-            path=f"{path}.code",
-            message_type=message_type,
-        )
+    if full:
+        if (problem := matches(value.code, _PATTERN_1)) is not None:
+            raise ProtocolError(
+                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
+                problem,
+                path=f"{path}.code",
+                message_type=message_type,
+            )
+        if not 1 <= len(value.code) <= MAX_ERROR_CODE_CHARS:
+            raise ProtocolError(
+                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
+                out_of_range(len(value.code), 1, MAX_ERROR_CODE_CHARS, "characters"),
+                path=f"{path}.code",
+                message_type=message_type,
+            )
     if (
         value.details is not UNSET
         and full

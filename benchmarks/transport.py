@@ -1,0 +1,190 @@
+"""How many real-time OVP calls one gateway process sustains, against a bare websockets echo.
+
+Each server runs in a child process (a core of its own); this process generates the load with
+the same lightweight client for both: every call sends a 652-byte frame every 20 ms (a send
+time in its payload) and an ``agent.input`` every 25 frames, and measures how long each frame
+takes to come back. The voxwire gateway decodes and checks every frame and event, echoes the
+audio through its application interface and adds a ``transcript.partial`` every 10 frames; the
+bare server echoes bytes. A level of concurrent calls is sustained when no frame is lost and the
+p99 echo latency stays under 20 ms; the levels rise until one is not.
+
+Loopback only, and bounded: every level runs ``seconds`` of audio, and each child stops by
+itself after ``CHILD_LIFETIME_S``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import struct
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.asyncio.server import ServerConnection, serve
+
+from voxwire import ovp
+from voxwire.ovp.client import _Connection  # offers orbit-voice/1.0 verbatim (see its docs)
+from voxwire.ovp.gateway import Gateway, GatewaySession, mint_token
+
+__all__ = ["Level", "run_transport_benchmarks"]
+
+SECRET = "benchmark-secret-that-is-long-enough-for-hs256"
+TENANT = "tenant_bench"
+CHILD_LIFETIME_S = 600.0
+LATENCY_BOUND_S = 0.020
+EVENT_EVERY = 25
+TRANSCRIPT_EVERY = 10
+STAMP = struct.Struct("<d")
+HEADER = struct.Struct("<BBHII")
+CALL = ovp.CallInfo(
+    call_id="call_bench", from_="+14155551234", to="+18005550100",
+    direction=ovp.CallDirection.INBOUND, secure=True,
+)  # fmt: skip
+AGENT = ovp.AgentConfig(
+    agent_id="agt_bench", name="Bench", instructions="Echo.", model="m", voice_id="v",
+    language="en-US", tools=[],
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Level:
+    """One level of load: ``calls`` concurrent calls for the run's seconds of audio."""
+
+    server: str
+    calls: int
+    frames_expected: int
+    frames_back: int
+    p50_ms: float
+    p99_ms: float
+
+    @property
+    def sustained(self) -> bool:
+        return self.frames_back == self.frames_expected and self.p99_ms < LATENCY_BOUND_S * 1000
+
+
+# -- the servers (child processes) -------------------------------------------------------------
+
+
+async def _echo_session(session: GatewaySession) -> None:
+    session.start(CALL, AGENT)
+    frames = 0
+    async for item in session:
+        if isinstance(item, ovp.AudioFrame):
+            session.send_audio(item.pcm)
+            frames += 1
+            if frames % TRANSCRIPT_EVERY == 0:
+                session.send(ovp.TranscriptPartial, utterance_id="u", speaker="caller", text="...")
+
+
+async def _serve_ovp() -> None:
+    async with Gateway(_echo_session, secret=SECRET) as gateway:
+        print(gateway.port, flush=True)
+        await asyncio.sleep(CHILD_LIFETIME_S)
+
+
+async def _serve_echo() -> None:
+    async def echo(ws: ServerConnection) -> None:
+        async for message in ws:
+            await ws.send(message)
+
+    async with serve(echo, "127.0.0.1", 0, compression=None, max_size=2**16) as server:
+        print(next(iter(server.sockets)).getsockname()[1], flush=True)
+        await asyncio.sleep(CHILD_LIFETIME_S)
+
+
+# -- the load ----------------------------------------------------------------------------------
+
+
+async def _call(base: str, server: str, index: int, frames: int, latencies: list[float]) -> int:
+    """One call: stream ``frames`` frames in real time; return how many came back."""
+    session_id = f"ovps_bench_{index}_{time.monotonic_ns()}"  # an ended session's id stays taken
+    if server == "ovp":
+        token = mint_token(SECRET, session_id=session_id, tenant_id=TENANT)
+        url = f"{base}/voice/ws/{session_id}?token={token}"
+        ws: ClientConnection = await connect(url, create_connection=_Connection, compression=None)
+        start = json.loads(await ws.recv())
+        assert start["type"] == "session.start", start
+    else:
+        ws = await connect(base, compression=None)
+    back = 0
+
+    async def listen() -> None:
+        nonlocal back
+        async for message in ws:
+            if isinstance(message, bytes):
+                (sent,) = STAMP.unpack_from(message, HEADER.size)
+                latencies.append(time.perf_counter() - sent)
+                back += 1
+                if back == frames:
+                    return
+
+    listener = asyncio.create_task(listen())
+    began = time.perf_counter()
+    seq = 0
+    for n in range(frames):
+        await asyncio.sleep(began + n * ovp.FRAME_MS / 1000 - time.perf_counter())
+        header = HEADER.pack(1, 0, 0, n, n * 320)
+        await ws.send(
+            header + STAMP.pack(time.perf_counter()).ljust(ovp.PCM_BYTES_PER_FRAME, b"\0")
+        )
+        if n % EVENT_EVERY == 0:
+            seq += 1
+            event = {
+                **{"type": "agent.input", "seq": seq, "ts": "2026-05-14T12:34:56Z"},
+                **{"session_id": session_id, "source": "system", "text": f"frame {n}"},
+            }
+            await ws.send(json.dumps(event))
+    try:
+        async with asyncio.timeout(2.0):
+            await listener
+    except TimeoutError:
+        listener.cancel()
+    await ws.close()
+    return back
+
+
+async def _level(base: str, server: str, calls: int, seconds: float) -> Level:
+    frames = int(seconds * 1000 / ovp.FRAME_MS)
+    latencies: list[float] = []
+    backs = await asyncio.gather(*(_call(base, server, i, frames, latencies) for i in range(calls)))
+    latencies.sort()
+    p99 = latencies[int(len(latencies) * 0.99)] if latencies else float("inf")
+    p50 = statistics.median(latencies) if latencies else float("inf")
+    return Level(server, calls, calls * frames, sum(backs), p50 * 1000, p99 * 1000)
+
+
+def _ramp(server: str, levels: list[int], seconds: float) -> list[Level]:
+    child = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.transport", server], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None
+        base = f"ws://127.0.0.1:{int(child.stdout.readline())}"
+        measured = []
+        for calls in levels:
+            level = asyncio.run(_level(base, server, calls, seconds))
+            measured.append(level)
+            if not level.sustained:
+                break
+        return measured
+    finally:
+        child.kill()
+        child.wait()
+
+
+def run_transport_benchmarks(levels: list[int], seconds: float) -> dict[str, list[Level]]:
+    """The ramp of each server: the voxwire OVP gateway, then the bare websockets echo."""
+    return {server: _ramp(server, levels, seconds) for server in ("ovp", "echo")}
+
+
+def sustained(ramp: list[Level]) -> int:
+    """The most calls of a ramp that met the bound (0 when even the first level failed)."""
+    return max((level.calls for level in ramp if level.sustained), default=0)
+
+
+if __name__ == "__main__":
+    asyncio.run({"ovp": _serve_ovp, "echo": _serve_echo}[sys.argv[1]]())
