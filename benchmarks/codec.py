@@ -101,8 +101,11 @@ def _decode_group(title: str, protocol: Any, sender: str, texts: list[str], roun
     names = [member.__name__ for member in union.__args__]
     protocol_id = protocol.__name__.rsplit(".", 1)[1]
     contenders = [
-        Contender("voxwire decode", lambda data: protocol.decode(data, sender=sender)),
+        Contender("voxwire decode", protocol.decoder(sender)),
         Contender(BARE, peers.bare_union(union)),
+        Contender(
+            "voxwire decode(data, sender=...)", lambda data: protocol.decode(data, sender=sender)
+        ),
     ]
     if protocol is brisvox and sender == "server":
         contenders.append(Contender(SDK, peers.sdk_protocol().parse_server_message))

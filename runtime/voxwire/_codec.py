@@ -98,7 +98,6 @@ class JsonCodec:
         "_checks",
         "_codes",
         "_decode_checks",
-        "_decoders",
         "_encoder",
         "_envelopes",
         "_error",
@@ -106,6 +105,7 @@ class JsonCodec:
         "_max",
         "_protocol",
         "_quarter",
+        "_runners",
         "_senders",
         "_types_by_sender",
     )
@@ -129,9 +129,6 @@ class JsonCodec:
         # A str of at most max/4 characters is at most max UTF-8 bytes: no need to count.
         self._quarter = max_message_bytes // 4
         self._senders = dict(senders)
-        self._decoders = {
-            sid: msgspec.json.Decoder(spec.union).decode for sid, spec in senders.items()
-        }
         self._types_by_sender = {sid: _tags(spec.union) for sid, spec in senders.items()}
         self._envelopes: dict[str, Callable[[bytes | str], object]] = {
             sid: msgspec.json.Decoder(spec.envelope).decode
@@ -143,36 +140,58 @@ class JsonCodec:
         self._decode_checks = dict(decode_checks)
         self._field_codes = dict(field_codes)
         self._encoder = msgspec.json.Encoder()
+        self._runners = {
+            sid: self._runner(sid, msgspec.json.Decoder(spec.union).decode)
+            for sid, spec in senders.items()
+        }
 
     def decode(self, data: bytes | str, sender: str) -> Any:
         """Decode one message that ``sender`` sent; raise the protocol's error if it is bad."""
+        return self.decoder(sender)(data)
+
+    def decoder(self, sender: str) -> Callable[[bytes | str], Any]:
+        """The decode function of one sender, built once: what a hot loop should call."""
         try:
-            decode = self._decoders[sender]
+            return self._runners[sender]
         except KeyError:
             raise ValueError(
-                f"{self._protocol}: unknown sender {sender!r}; one of {sorted(self._decoders)}"
+                f"{self._protocol}: unknown sender {sender!r}; one of {sorted(self._runners)}"
             ) from None
-        if len(data) > self._quarter:
-            self._check_size(data)
-        # A str is text already; bytes may hold anything, and msgspec skips unknown fields unread.
-        if not isinstance(data, str) and (type(data) is not bytes or not data.isascii()):
-            data = self._utf8_bytes(data)
-        try:
-            message = decode(data)
-        except msgspec.ValidationError as exc:
-            return self._recover(exc, data, sender)
-        except msgspec.DecodeError as exc:
-            raise self._error(self._codes.malformed, f"not valid JSON: {exc}") from None
-        except UnicodeEncodeError:
-            raise self._error(
-                self._codes.malformed, "text holds a lone surrogate (not valid UTF-8)"
-            ) from None
-        except RecursionError:
-            raise self._error(self._codes.malformed, "nested too deeply to read") from None
-        check = self._decode_checks.get(message.__class__)
-        if check is not None:
-            check(message, False)
-        return message
+
+    def _runner(self, sender: str, decode: Callable[[bytes | str], Any]) -> Callable[[Any], Any]:
+        """Decode, then the checks msgspec cannot do; everything it needs bound as a local."""
+        quarter, check_size, utf8_bytes = self._quarter, self._check_size, self._utf8_bytes
+        checks, recover, error, codes = (
+            self._decode_checks.get,
+            self._recover,
+            self._error,
+            self._codes,
+        )
+
+        def run(data: bytes | str) -> Any:
+            if len(data) > quarter:
+                check_size(data)
+            # A str is text already; bytes may hold anything (msgspec skips unknown fields unread).
+            if not isinstance(data, str) and (type(data) is not bytes or not data.isascii()):
+                data = utf8_bytes(data)
+            try:
+                message = decode(data)
+            except msgspec.ValidationError as exc:
+                return recover(exc, data, sender)
+            except msgspec.DecodeError as exc:
+                raise error(codes.malformed, f"not valid JSON: {exc}") from None
+            except UnicodeEncodeError:
+                raise error(
+                    codes.malformed, "text holds a lone surrogate (not valid UTF-8)"
+                ) from None
+            except RecursionError:
+                raise error(codes.malformed, "nested too deeply to read") from None
+            check = checks(message.__class__)
+            if check is not None:
+                check(message, False)
+            return message
+
+        return run
 
     def encode(self, message: Any) -> bytes:
         """Check ``message`` against every rule of the spec and return compact UTF-8 JSON."""

@@ -27,6 +27,7 @@ from voxwire._codec import UnknownMessage
 from voxwire.brisvox.codec import (
     Sender,
     decode,
+    decoder,
     encode,
 )
 from voxwire.brisvox.constants import (
@@ -294,5 +295,6 @@ __all__ = [
     "UserText",
     "UserTranscript",
     "decode",
+    "decoder",
     "encode",
 ]

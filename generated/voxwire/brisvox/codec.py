@@ -14,6 +14,7 @@ data = brisvox.encode(message)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Final, Literal, TypeAlias, overload
 
 from voxwire._codec import DecodeErrorCodes, JsonCodec, SenderSpec, UnknownMessage
@@ -85,7 +86,7 @@ from voxwire.brisvox.messages import (
     UserTranscript,
 )
 
-__all__ = ["Sender", "decode", "encode"]
+__all__ = ["Sender", "decode", "decoder", "encode"]
 
 Sender: TypeAlias = Literal["server", "agent"]
 """Who sent a message: server or agent."""
@@ -171,9 +172,25 @@ if TYPE_CHECKING:
         A type nobody sends, from the server, decodes to an ``UnknownMessage``.
         """
 
+    @overload
+    def decoder(
+        sender: Literal["server"],
+    ) -> Callable[[bytes | str], ServerMessage | UnknownMessage]: ...
+
+    @overload
+    def decoder(sender: Literal["agent"]) -> Callable[[bytes | str], AgentMessage]: ...
+
+    def decoder(
+        sender: Sender,
+    ) -> Callable[[bytes | str], ServerMessage | AgentMessage | UnknownMessage]:
+        """The decode function of one sender, built once: ``decoder(sender)(data)`` is
+        ``decode(data, sender)`` without the look-up, for a loop that reads one sender.
+        """
+
     def encode(message: ServerMessage | AgentMessage | UnknownMessage) -> bytes:
         """Check ``message`` against every rule of the spec; return compact UTF-8 JSON."""
 
 else:
     decode = _CODEC.decode
+    decoder = _CODEC.decoder
     encode = _CODEC.encode

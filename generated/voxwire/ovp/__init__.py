@@ -28,6 +28,7 @@ from voxwire._codec import UnknownMessage
 from voxwire.ovp.codec import (
     Sender,
     decode,
+    decoder,
     encode,
 )
 from voxwire.ovp.constants import (
@@ -291,6 +292,7 @@ __all__ = [
     "Word",
     "decode",
     "decode_frame",
+    "decoder",
     "encode",
     "encode_frame",
 ]
