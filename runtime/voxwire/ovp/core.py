@@ -854,13 +854,11 @@ class GatewayCore:
         role = self._links.get(link)
         if role is None or (self.over is not None and role is _Role.LIVE):
             return [Ignored(f"a text message on link {link}, which carries no live session")]
+        if role is _Role.AWAITING_RESUME:
+            return self._first_on_resumed_link(link, data, now)
         try:
             message = decode(data, sender="client")
         except ProtocolError as exc:
-            if role is _Role.AWAITING_RESUME and exc.message_type == "session.resume":
-                return self._refuse_resume(
-                    link, None, f"malformed session.resume: {_describe(exc)}", now
-                )
             details = {"event_type": exc.message_type} if exc.message_type else None
             return self._answer(link, exc.code, _describe(exc), now, details)
         about = {"event_seq": message.seq, "event_type": message.type}
@@ -877,16 +875,6 @@ class GatewayCore:
                 link,
                 ErrorCode.OVP_SEQ_REGRESSION,
                 f"seq {message.seq} is not greater than {self._last_client_seq}",
-                now,
-                about,
-            )
-        if role is _Role.AWAITING_RESUME:
-            if isinstance(message, SessionResume):
-                return self._resume(link, message, now)
-            return self._answer(
-                link,
-                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-                "the first event on a resumed connection must be session.resume",
                 now,
                 about,
             )
@@ -1076,16 +1064,48 @@ class GatewayCore:
         self._last_client_seq = resume.seq
         return [*out, *replayed, Resumed(link, len(replay))]
 
-    def _refuse_resume(
-        self, link: int, last: int | None, detail: str, now: float
+    def _first_on_resumed_link(
+        self, link: int, data: bytes | str, now: float
     ) -> list[GatewayOutput]:
-        """OVP_RESUME_EXPIRED (not kept for replay), close 1008, and the session ends."""
+        """A connection to a started session speaks a valid session.resume first, or the resume
+        is refused and the session ends (decision first-event-on-a-resumed-link): an answer
+        kept in the session's stream would let a client resuming after it skip what it missed.
+        """
+        try:
+            message = decode(data, sender="client")
+        except ProtocolError as exc:
+            if exc.message_type == "session.resume":
+                detail = f"malformed session.resume: {_describe(exc)}"
+                return self._refuse_resume(link, None, detail, now)
+            detail = f"expected session.resume: {_describe(exc)}"
+            return self._refuse_resume(link, None, detail, now, exc.code)
+        invalid = ErrorCode.OVP_EVENT_SCHEMA_INVALID
+        if not isinstance(message, SessionResume):
+            detail = f"expected session.resume, got {message.type}"
+            return self._refuse_resume(link, None, detail, now, invalid)
+        if message.session_id != self.session_id:
+            detail = f"session.resume names another session ({message.session_id!r})"
+            return self._refuse_resume(link, None, detail, now, invalid)
+        if self._last_client_seq is not None and message.seq <= self._last_client_seq:
+            detail = f"session.resume seq {message.seq} is not greater than {self._last_client_seq}"
+            return self._refuse_resume(link, None, detail, now, ErrorCode.OVP_SEQ_REGRESSION)
+        return self._resume(link, message, now)
+
+    def _refuse_resume(
+        self,
+        link: int,
+        last: int | None,
+        detail: str,
+        now: float,
+        code: ErrorCode = ErrorCode.OVP_RESUME_EXPIRED,
+    ) -> list[GatewayOutput]:
+        """An error (not kept for replay), close 1008, and the session ends."""
         seq = max(self.last_seq, -1 if last is None else last) + 1
         error = Error(
             seq=min(seq, MAX_SEQ),
             ts=self._stamper.ts(now),
             session_id=self.session_id,
-            code=ErrorCode.OVP_RESUME_EXPIRED,
+            code=code,
             message=f"resume refused: {detail}",
             recoverable=False,
         )
@@ -1097,7 +1117,7 @@ class GatewayCore:
         ]
         if self.over is None:
             out += self._close_links(POLICY_CLOSE_CODE, "session expired")
-            out += self._finish(None, ErrorCode.OVP_RESUME_EXPIRED, f"expired: {detail}")
+            out += self._finish(None, code, f"resume refused: {detail}")
         return out
 
     def _expire(self, now: float) -> list[GatewayOutput]:
