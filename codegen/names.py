@@ -18,7 +18,6 @@ __all__ = [
     "frame_header",
     "frame_size",
     "module_path",
-    "pattern",
     "sender_union",
 ]
 
@@ -73,11 +72,6 @@ def default_constant(class_name: str, attribute_name: str) -> str:
 def enum_values(enum_name: str) -> str:
     """The frozenset of a closed enum's values, used by the generated checks."""
     return f"_{_snake(enum_name).upper()}_VALUES"
-
-
-def pattern(index: int) -> str:
-    """The compiled form of the spec's ``index``-th distinct pattern (sorted)."""
-    return f"_PATTERN_{index}"
 
 
 def frame_size(frame_name: str) -> str:

@@ -21,10 +21,8 @@ from codegen.ir import (
     Enum,
     Field,
     FieldSet,
-    Message,
     Protocol,
     Rule,
-    Struct,
     TypeRef,
 )
 
@@ -93,8 +91,8 @@ class PyModel:
     structs: list[PyClass]
     messages: list[PyClass]
     checks: list[PyCheck]
-    decode_checked: list[str]
-    """Classes whose decoded instances still need their check (rules msgspec cannot carry)."""
+    json_valued: list[str]
+    """Message classes that carry free-form JSON: encode walks it for what JSON cannot carry."""
     field_codes: list[tuple[str, str, str]]
     """(wire type, JSON path, error code) where a field's rules use their own code."""
     uses_meta: bool
@@ -216,7 +214,8 @@ class _Builder:
             **{s.envelope_name: (s.envelope, ()) for s in protocol.senders if s.envelope_name},
             **{m.class_name: (m.fields, m.rules) for m in protocol.messages},
         }
-        self._checked: dict[str, tuple[bool, bool]] = {}
+        self._checked: dict[str, bool] = {}
+        self._json: dict[str, bool] = {}
 
     # -- classes ------------------------------------------------------------------------------
 
@@ -257,7 +256,6 @@ class _Builder:
             for m in self.p.messages
         ]
         checks: list[PyCheck] = []
-        decode_checked: list[str] = []
         for s in self.p.structs:
             check = self._check(s.name, None, s.fields, s.rules)
             if check is not None:
@@ -270,15 +268,13 @@ class _Builder:
             check = self._check(m.class_name, m.type, m.own_fields, m.rules, base=m.base)
             if check is not None:
                 checks.append(check)
-                if self._needs(m.class_name)[0]:
-                    decode_checked.append(m.class_name)
         return PyModel(
             protocol=self.p,
             enums=enums,
             structs=structs,
             messages=messages,
             checks=checks,
-            decode_checked=decode_checked,
+            json_valued=[m.class_name for m in self.p.messages if self._json_valued(m.class_name)],
             field_codes=self._field_codes(),
             uses_meta=self.uses_meta,
         )
@@ -437,34 +433,32 @@ class _Builder:
 
     # -- checks -------------------------------------------------------------------------------
 
-    def _needs(self, name: str) -> tuple[bool, bool]:
-        """(needs a check after decoding, has any check) for a class, memoised."""
-        if name in self._checked:
-            return self._checked[name]
-        fields, rules = self._members[name]
-        decode = bool(rules) or any(self._field_needs(f)[0] for f in fields)
-        full = decode or any(self._field_needs(f)[1] for f in fields)
-        self._checked[name] = (decode, full)
-        return decode, full
+    def _needs(self, name: str) -> bool:
+        """Whether a class has rules its typed decoding cannot carry (memoised)."""
+        if name not in self._checked:
+            fields, rules = self._members[name]
+            self._checked[name] = bool(rules) or any(self._field_needs(f) for f in fields)
+        return self._checked[name]
 
-    def _field_needs(self, f: Field) -> tuple[bool, bool]:
+    def _field_needs(self, f: Field) -> bool:
         element = f.type.element
-        decode = (
-            f.max_bytes is not None
-            or f.min_bytes is not None
-            or f.not_blank
-            or f.unique_by is not None
-        )
+        own = f.max_bytes is not None or f.min_bytes is not None or f.not_blank
+        own = own or f.unique_by is not None
         if element.kind == "struct" and element.struct is not None:
-            inner = self._needs(element.struct)
-            return decode or inner[0], True
-        full = (
-            decode
-            or element.kind in ("integer", "number", "datetime", "object", "any", "enum", "string")
-            or f.has_const
-        )
-        full = full or f.min_length is not None or f.max_length is not None
-        return decode, full
+            return own or self._needs(element.struct)
+        return own
+
+    def _json_valued(self, name: str) -> bool:
+        """Whether a class carries free-form JSON (object or any) at any depth (memoised)."""
+        if name not in self._json:
+            self._json[name] = False  # a type cannot contain itself (the IR checks)
+            fields, _ = self._members[name]
+            self._json[name] = any(
+                f.type.element.kind in ("object", "any")
+                or (f.type.element.struct is not None and self._json_valued(f.type.element.struct))
+                for f in fields
+            )
+        return self._json[name]
 
     def _code(self, code: str | None, default: str) -> str:
         return "ErrorCode." + self.error_codes[code or self.p.decode_errors[default]]
@@ -477,12 +471,11 @@ class _Builder:
         rules: tuple[Rule, ...],
         base: FieldSet | None = None,
     ) -> PyCheck | None:
-        if not self._needs(name)[1]:
+        if not self._needs(name):
             return None
         body: list[str] = []
-        if base is not None and self._needs(base.class_name)[1]:
-            call = f"{names.check_function(base.class_name)}(value, full, path, message_type)"
-            body += [call] if self._needs(base.class_name)[0] else ["if full:", f"    {call}"]
+        if base is not None and self._needs(base.class_name):
+            body.append(f"{names.check_function(base.class_name)}(value, path, message_type)")
         for f in fields:
             body.extend(self._field_lines(f))
         if rules:
@@ -492,9 +485,7 @@ class _Builder:
             function=names.check_function(name),
             class_name=name,
             message_type=message_type,
-            doc=docstring(
-                f"Check the values of {what}; ``full`` adds the rules decoding enforces itself."
-            ),
+            doc=docstring(f"Check the rules of {what} that its typed decoding cannot carry."),
             body=body,
         )
 
@@ -508,7 +499,7 @@ class _Builder:
         return [f"if {test}:", f"    {self._raise(code, where)}"]
 
     def _field_lines(self, f: Field) -> list[str]:
-        """The checks of one field: chains of rule calls, grouped by phase and error code."""
+        """The checks of one field: a chain of rule calls per value, an item loop for arrays."""
         value = f"value.{f.py_name}"
         where = f".{f.wire_name}"
         guard = []
@@ -520,141 +511,46 @@ class _Builder:
         ref = f.type
         lines: list[str] = []
         if ref.kind in ("array", "map"):
-            decode_calls: list[str] = []
-            full_calls: list[str] = []
             if f.unique_by is not None:
                 keys = "item" if f.unique_by == "value" else f"item.{names.attribute(f.unique_by)}"
-                decode_calls.append(f"unique([{keys} for item in {value}])")
-            if f.min_length is not None:
-                full_calls.append(f"min_items({value}, {_bound(f.min_length)})")
-            if decode_calls:
-                lines += self._chain(guard, decode_calls, invalid, where)
-            if full_calls:
-                lines += self._chain([*guard, "full"], full_calls, invalid, where)
-            if f.max_length is not None:
-                too_many = self._code(f.code, "too_many")
                 lines += self._chain(
-                    [*guard, "full"],
-                    [f"max_items({value}, {_bound(f.max_length)})"],
-                    too_many,
-                    where,
+                    guard, [f"unique([{keys} for item in {value}])"], invalid, where
                 )
             item_where = f"{where}[{{index}}]" if ref.kind == "array" else f"{where}.{{index}}"
             iterate = f"enumerate({value})" if ref.kind == "array" else f"{value}.items()"
             item = f"{f.py_name.rstrip('_')}_item"  # one name per loop: each has its own type
-            item_lines = self._value_lines(f, item, item_where, invalid)
-            for phase, body in zip(("decode", "full"), item_lines, strict=True):
-                if body:
-                    conditions = [*guard] + (["full"] if phase == "full" else [])
-                    loop = [f"for index, {item} in {iterate}:", *("    " + line for line in body)]
-                    if conditions:
-                        loop = [
-                            f"if {' and '.join(conditions)}:",
-                            *("    " + line for line in loop),
-                        ]
-                    lines += loop
+            body = self._value_lines(f, item, item_where, invalid)
+            if body:
+                loop = [f"for index, {item} in {iterate}:", *("    " + line for line in body)]
+                if guard:
+                    loop = [f"if {' and '.join(guard)}:", *("    " + line for line in loop)]
+                lines += loop
             return lines
-        decode_body, full_body = self._value_lines(f, value, where, invalid)
-        for phase, body in (("decode", decode_body), ("full", full_body)):
-            if not body:
-                continue
-            conditions = [*guard] + (["full"] if phase == "full" else [])
-            if len(body) == 2 and body[0].startswith("if "):  # one chain: fold the conditions in
-                test = body[0][3:-1]
-                lines += [f"if {' and '.join([*conditions, test])}:", body[1]]
-            elif conditions:
-                lines += [f"if {' and '.join(conditions)}:", *("    " + line for line in body)]
-            else:
-                lines += body
-        return lines
+        body = self._value_lines(f, value, where, invalid)
+        if len(body) == 2 and body[0].startswith("if "):  # one chain: fold the guard in
+            return [f"if {' and '.join([*guard, body[0][3:-1]])}:", body[1]]
+        if body and guard:
+            return [f"if {' and '.join(guard)}:", *("    " + line for line in body)]
+        return body
 
-    def _value_lines(
-        self, f: Field, value: str, where: str, invalid: str
-    ) -> tuple[list[str], list[str]]:
-        """(decode, full) checks of one value: the field itself, or one item of an array or map."""
-        decode_calls: list[str] = []
-        full_calls: list[str] = []
-        decode_lines: list[str] = []
-        full_lines: list[str] = []
-        kind = f.type.element.kind
-        if f.has_const:
-            full_calls.append(f"one_of({value}, ({f.const!r},))")
-        elif kind == "string":
+    def _value_lines(self, f: Field, value: str, where: str, invalid: str) -> list[str]:
+        """Checks of one value (the field, or one item of an array or map)."""
+        calls: list[str] = []
+        element = f.type.element
+        if element.kind == "string" and not f.has_const:
             if f.not_blank:
-                decode_calls.append(f"not_blank({value})")
+                calls.append(f"not_blank({value})")
             if f.min_bytes is not None:
-                decode_calls.append(f"min_bytes({value}, {_bound(f.min_bytes)})")
+                calls.append(f"min_bytes({value}, {_bound(f.min_bytes)})")
             if f.max_bytes is not None:
-                decode_calls.append(f"max_bytes({value}, {_bound(f.max_bytes)})")
-            if f.type.kind == "string" and (f.min_length or f.max_length) is not None:
-                full_lines += self._inline_range(
-                    f"len({value})", f.min_length, f.max_length, invalid, where, "characters"
-                )
-            if f.pattern is not None:
-                full_calls.append(f"matches({value}, {self._pattern_name(f.pattern)})")
-        elif kind in ("integer", "number"):
-            if kind == "number":
-                full_calls.append(f"finite({value})")
-            full_lines += self._inline_range(value, f.minimum, f.maximum, invalid, where, "")
-        elif kind == "datetime":
-            full_calls.append(f"aware({value})")
-        elif kind in ("object", "any"):
-            wrong_type = "ErrorCode." + self.error_codes[self.p.decode_errors["wrong_type"]]
-            full_lines += [
-                f'if (found := json_value_problem({value}, "")) is not None:',
-                "    " + self._raise(wrong_type, where + "{found[0]}", "found[1]"),
+                calls.append(f"max_bytes({value}, {_bound(f.max_bytes)})")
+        if calls:
+            return self._chain([], calls, invalid, where)
+        if element.kind == "struct" and element.struct is not None and self._needs(element.struct):
+            return [
+                f'{names.check_function(element.struct)}({value}, f"{{path}}{where}", message_type)'
             ]
-        elif kind == "enum":
-            enum = f.type.element.enum
-            assert enum is not None
-            if not enum.open:
-                full_calls.append(f"one_of({value}, {names.enum_values(enum.name)})")
-        elif kind == "struct":
-            struct = f.type.element.struct
-            assert struct is not None
-            decode_needed, full_needed = self._needs(struct)
-            call = (
-                f'{names.check_function(struct)}({value}, full, f"{{path}}{where}", message_type)'
-            )
-            if decode_needed:
-                decode_lines.append(call)
-            elif full_needed:
-                full_lines.append(call)
-        if decode_calls:
-            decode_lines = self._chain([], decode_calls, invalid, where) + decode_lines
-        if full_calls:
-            full_lines = self._chain([], full_calls, invalid, where) + full_lines
-        return decode_lines, full_lines
-
-    def _inline_range(
-        self, measure: str, low: Bound | None, high: Bound | None, code: str, where: str, unit: str
-    ) -> list[str]:
-        """A range check as one inline comparison; the helper words the problem once it fails.
-
-        ``measure`` is the value or its ``len(...)``; encode runs these on every message, so the
-        common case must cost a comparison, not a call.
-        """
-        if low is None and high is None:
-            return []
-        lo, hi = (_bound(b) if b is not None else None for b in (low, high))
-        if lo is not None and hi is not None:
-            fails = f"not {lo} <= {measure} <= {hi}"
-        else:
-            fails = f"{measure} < {lo}" if lo is not None else f"{measure} > {hi}"
-        problem = f"out_of_range({measure}, {lo}, {hi}, {unit!r})"
-        return [f"if {fails}:", f"    {self._raise(code, where, problem)}"]
-
-    def _pattern_name(self, pattern: str) -> str:
-        return names.pattern(sorted(self.patterns()).index(pattern))
-
-    def patterns(self) -> set[str]:
-        owners: list[Struct | Message] = [*self.p.structs, *self.p.messages]
-        found = set()
-        for owner in owners:
-            for f in owner.fields:
-                if f.pattern is not None:
-                    found.add(f.pattern)
-        return found
+        return []
 
     def _rule_lines(self, fields: tuple[Field, ...], rules: tuple[Rule, ...]) -> list[str]:
         lines: list[str] = []

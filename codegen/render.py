@@ -391,21 +391,9 @@ def _checks(model: PyModel, header: str) -> str:
     p = model.protocol
     body = "\n".join(line for c in model.checks for line in c.body)
     rule_names = sorted(set(re.findall(r"\b([a-z_]+)\(", body)) & set(rules.__all__))
-    if "JSON_SAFE_INTEGER" in body:
-        rule_names.insert(0, "JSON_SAFE_INTEGER")
     constant_imports = sorted(
         c for c in _referenced_constants(_all_fields(p)) if re.search(rf"\b{c}\b", body)
     )
-    enum_sets = sorted(
-        (names.enum_values(e.name), e.name)
-        for e in p.enums
-        if re.search(rf"\b{names.enum_values(e.name)}\b", body)
-    )
-    patterns = [
-        (names.pattern(i), _pattern_literal(pattern))
-        for i, pattern in enumerate(sorted({f.pattern for f in _all_fields(p) if f.pattern}))
-    ]
-    message_imports = sorted({c.class_name for c in model.checks} | {name for _, name in enum_sets})
     return _TEMPLATES.get_template("checks.py.j2").render(
         header=header,
         p=p,
@@ -413,23 +401,13 @@ def _checks(model: PyModel, header: str) -> str:
         exports=sorted(c.function for c in model.checks),
         rule_imports=rule_names,
         constant_imports=constant_imports,
-        enum_sets=enum_sets,
-        patterns=patterns,
-        message_imports=message_imports,
+        message_imports=sorted({c.class_name for c in model.checks}),
     )
-
-
-def _pattern_literal(pattern: str) -> str:
-    if "\\" in pattern and '"' not in pattern and not pattern.endswith("\\"):
-        return f'r"{pattern}"'
-    return repr(pattern)
 
 
 def _codec(model: PyModel, header: str) -> str:
     p = model.protocol
-    checks = {c.class_name: c.function for c in model.checks}
-    all_checks = [(m.class_name, checks.get(m.class_name, "None")) for m in p.messages]
-    decode_checks = [(name, checks[name]) for name in model.decode_checked]
+    checks = [(c.class_name, c.function) for c in model.checks if c.message_type is not None]
     senders = []
     for s in p.senders:
         result = s.union_name + (" | UnknownMessage" if s.accepts_unknown else "")
@@ -455,12 +433,13 @@ def _codec(model: PyModel, header: str) -> str:
         senders=senders,
         all_results=all_results,
         decode_codes=[(key, error_names[code]) for key, code in p.decode_errors.items()],
-        all_checks=all_checks,
-        decode_checks=decode_checks,
+        checks=checks,
+        json_valued=model.json_valued,
         field_codes=[(mtype, path, error_names[code]) for mtype, path, code in model.field_codes],
-        check_imports=sorted({check for _, check in all_checks if check != "None"}),
+        check_imports=sorted(check for _, check in checks),
         message_imports=sorted(
-            {m.class_name for m in p.messages}
+            {name for name, _ in checks}
+            | set(model.json_valued)
             | {s.union_name for s in p.senders}
             | {s.envelope_name for s in p.senders if s.envelope_name is not None}
         ),

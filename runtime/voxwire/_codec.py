@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -21,9 +21,9 @@ from voxwire.errors import ProtocolError
 
 __all__ = ["Check", "DecodeErrorCodes", "JsonCodec", "SenderSpec", "UnknownMessage"]
 
-Check = Callable[[Any, bool], None]
-"""A generated value check: ``check(message, full)``. ``full`` adds the rules msgspec already
-enforces while decoding (ranges, lengths, patterns), for messages built in code."""
+Check = Callable[[Any], None]
+"""A generated check of the rules a message's typed decoding cannot carry (byte limits, blank
+text, uniqueness, rules across fields)."""
 
 
 class UnknownMessage(msgspec.Struct, frozen=True, kw_only=True):
@@ -86,9 +86,9 @@ class JsonCodec:
         codes: The error code of each class of decode failure.
         max_message_bytes: The largest encoded message, in UTF-8 bytes.
         senders: Each sender's id and what it may send.
-        checks: The value check of every message class (``None`` for a class without rules).
-        decode_checks: The checks decoding still needs after msgspec's own (a subset of
-            ``checks``).
+        checks: The generated check of each message class that has one.
+        json_valued: The message classes that carry free-form JSON (``object``/``any``), which
+            encoding walks for what JSON cannot carry (NaN, non-string keys) before it writes.
         field_codes: Error codes that replace the default for one field of one message,
             keyed by (wire type, JSON path with indices written ``[]``).
     """
@@ -97,14 +97,15 @@ class JsonCodec:
         "_all_types",
         "_checks",
         "_codes",
-        "_decode_checks",
         "_encoder",
         "_envelopes",
         "_error",
         "_field_codes",
+        "_json_valued",
         "_max",
         "_protocol",
         "_quarter",
+        "_readers",
         "_runners",
         "_senders",
         "_types_by_sender",
@@ -118,8 +119,8 @@ class JsonCodec:
         codes: DecodeErrorCodes,
         max_message_bytes: int,
         senders: Mapping[str, SenderSpec],
-        checks: Mapping[type, Check | None],
-        decode_checks: Mapping[type, Check],
+        checks: Mapping[type, Check],
+        json_valued: Sequence[type],
         field_codes: Mapping[tuple[str, str], str],
     ) -> None:
         self._protocol = protocol
@@ -137,7 +138,13 @@ class JsonCodec:
         }
         self._all_types = frozenset().union(*self._types_by_sender.values())
         self._checks = dict(checks)
-        self._decode_checks = dict(decode_checks)
+        self._json_valued = frozenset(json_valued)
+        # Encoding reads back what it wrote, with a typed decoder of the message's class.
+        self._readers = {
+            cls: msgspec.json.Decoder(cls).decode
+            for spec in senders.values()
+            for cls in getattr(spec.union, "__args__", (spec.union,))
+        }
         self._field_codes = dict(field_codes)
         self._encoder = msgspec.json.Encoder()
         self._runners = {
@@ -162,7 +169,7 @@ class JsonCodec:
         """Decode, then the checks msgspec cannot do; everything it needs bound as a local."""
         quarter, check_size, utf8_bytes = self._quarter, self._check_size, self._utf8_bytes
         checks, recover, error, codes = (
-            self._decode_checks.get,
+            self._checks.get,
             self._recover,
             self._error,
             self._codes,
@@ -188,44 +195,91 @@ class JsonCodec:
                 raise error(codes.malformed, "nested too deeply to read") from None
             check = checks(message.__class__)
             if check is not None:
-                check(message, False)
+                check(message)
             return message
 
         return run
 
     def encode(self, message: Any) -> bytes:
-        """Check ``message`` against every rule of the spec and return compact UTF-8 JSON."""
-        if message.__class__ is UnknownMessage:
-            _check_json_value(message.data, self._error, self._codes.wrong_type, message.type)
-            payload = message.data
-        else:
-            try:
-                check = self._checks[message.__class__]
-            except KeyError:
-                raise TypeError(
-                    f"{self._protocol}.encode: not a {self._protocol} message: "
-                    f"{type(message).__name__}"
-                ) from None
-            if check is not None:
-                check(message, True)
-            payload = message
+        """Check ``message`` against every rule of the spec and return compact UTF-8 JSON.
+
+        What was written is read back by the class's typed decoder and checked as decoding
+        checks it, so encode and decode apply the same rules, types included.
+        """
+        cls = message.__class__
+        if cls is UnknownMessage:
+            return self._encode_unknown(message)
+        try:
+            read_back = self._readers[cls]
+        except KeyError:
+            raise TypeError(
+                f"{self._protocol}.encode: not a {self._protocol} message: {cls.__name__}"
+            ) from None
+        if cls in self._json_valued:
+            self._check_json(message, message.type)
+        data = self._write(message, message.type)
+        try:
+            copy = read_back(data)
+        except msgspec.ValidationError as exc:
+            self._recover(exc, data, "")  # raises: the message breaks a rule of its type
+        check = self._checks.get(cls)
+        if check is not None:
+            check(copy)
+        return data
+
+    def _encode_unknown(self, message: UnknownMessage) -> bytes:
+        """An ``UnknownMessage`` is written back as received: its type must be its own, unknown."""
+        tag = message.data.get("type") if isinstance(message.data, dict) else None
+        if tag != message.type or not isinstance(tag, str):
+            raise self._error(
+                self._codes.malformed,
+                f"data['type'] is {tag!r}, not the message's type {message.type!r}",
+                message_type=message.type,
+            )
+        if tag in self._all_types:
+            raise self._error(
+                self._codes.malformed,
+                "a known type: encode its message class, not an UnknownMessage",
+                message_type=tag,
+            )
+        self._check_json(message.data, tag)
+        data = self._write(message.data, tag)
+        # It must read back as an unknown message of some sender: its envelope included.
+        problem: ProtocolError | None = None
+        for sender, spec in self._senders.items():
+            if spec.accepts_unknown:
+                try:
+                    self._runners[sender](data)
+                    return data
+                except ProtocolError as exc:
+                    problem = exc
+        raise problem or self._error(
+            self._codes.unknown_type, "no sender may send a type it does not know", message_type=tag
+        )
+
+    def _check_json(self, value: Any, message_type: str) -> None:
+        problem = json_value_problem(value, "$")
+        if problem is not None:
+            raise self._error(
+                self._codes.wrong_type, problem[1], path=problem[0], message_type=message_type
+            )
+
+    def _write(self, payload: Any, message_type: str) -> bytes:
         try:
             data = self._encoder.encode(payload)
         except UnicodeEncodeError:
             raise self._error(
                 self._codes.invalid_value,
                 "text holds a lone surrogate (not valid UTF-8)",
-                message_type=getattr(message, "type", None),
+                message_type=message_type,
             ) from None
-        except (TypeError, msgspec.EncodeError) as exc:
-            raise self._error(
-                self._codes.wrong_type, str(exc), message_type=getattr(message, "type", None)
-            ) from None
+        except (TypeError, msgspec.EncodeError, RecursionError) as exc:
+            raise self._error(self._codes.wrong_type, str(exc), message_type=message_type) from None
         if len(data) > self._max:
             raise self._error(
                 self._codes.too_large,
                 f"{len(data)} bytes encoded, at most {self._max}",
-                message_type=getattr(message, "type", None),
+                message_type=message_type,
             )
         return data
 
@@ -364,12 +418,3 @@ def _tags(union: Any) -> frozenset[str]:
         for member in members
         if isinstance(member.__struct_config__.tag, str)
     )
-
-
-def _check_json_value(
-    value: object, error: type[ProtocolError], code: str, message_type: str | None
-) -> None:
-    """Refuse what JSON cannot carry: NaN, infinities, non-string keys, non-JSON objects."""
-    problem = json_value_problem(value, "$")
-    if problem is not None:
-        raise error(code, problem[1], path=problem[0], message_type=message_type)

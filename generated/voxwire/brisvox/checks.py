@@ -2,490 +2,70 @@
 # (sha256 756d91692e4a18c69b2a42c360c5e696cfb27e64ca301419c214a93ef752cb21).
 # Do not edit: change the spec or codegen/templates, then regenerate.
 
-"""Value checks of the Brisvox agent protocol: what msgspec's typed decoding cannot carry.
+"""Checks of the Brisvox agent protocol that msgspec's typed decoding cannot carry.
 
-Decoding already enforces types, required fields, enums, ranges, lengths and patterns; the checks
-add UTF-8 byte limits, blank text, uniqueness and rules across fields. With ``full=True`` (for
-messages built in code, before they are encoded) they enforce every rule.
+Decoding enforces types, required fields, enums, ranges, lengths and patterns; these checks add
+UTF-8 byte limits, blank text, uniqueness and rules across fields. Decoding runs them on every
+message it returns, and encoding on the message it wrote, read back.
 """
 
 from __future__ import annotations
 
-import re
-from typing import Final
-
 from msgspec import UNSET
 
 from voxwire._rules import (
-    JSON_SAFE_INTEGER,
     exactly_one_of,
-    finite,
-    json_value_problem,
-    matches,
     max_bytes,
-    max_items,
     min_bytes,
     not_blank,
-    one_of,
-    out_of_range,
     requires,
     unique,
 )
 from voxwire.brisvox.constants import (
-    IDEMPOTENCY_KEY_LENGTH,
     MAX_COMMAND_ID_BYTES,
-    MAX_CONTEXT_MESSAGES,
-    MAX_ENABLED_TOOLS,
     MAX_LINE_BYTES,
     MAX_NOTE_BYTES,
     MAX_SYSTEM_PROMPT_BYTES,
-    MAX_TOOL_NAME_LENGTH,
-    MAX_TOOL_TIMEOUT_MS,
-    MAX_TOOLS,
-    MIN_TOOL_TIMEOUT_MS,
 )
 from voxwire.brisvox.errors import ErrorCode, ProtocolError
 from voxwire.brisvox.messages import (
-    BotLlmStarted,
-    BotLlmStopped,
-    BotText,
-    BotTtsStopped,
-    BotTtsText,
-    CallIdentity,
     Command,
-    CommandError,
     CommandResult,
     ContextMessage,
-    ContextRole,
     ContextUpdate,
     End,
-    Envelope,
-    ErrorEvent,
-    EventsLost,
-    EventType,
-    LatencySummary,
-    LlmUsage,
-    Metrics,
-    ResumeInfo,
     Say,
     SessionAccept,
-    SessionEnd,
-    SessionReject,
-    SessionStart,
-    SessionUsage,
-    StageLatency,
-    SttUsage,
-    TokenUsage,
-    ToolCall,
-    ToolCancel,
-    ToolCancelReason,
     ToolDeclaration,
-    ToolKind,
     ToolResult,
     ToolsSet,
     Transfer,
-    TransferMode,
-    TtsUsage,
-    TurnBotEnded,
-    TurnBotStarted,
-    TurnInterrupted,
-    TurnMetrics,
-    TurnUserEnded,
-    TurnUserStarted,
-    UsageSummary,
-    UserText,
-    UserTranscript,
 )
 
 __all__ = [
-    "check_bot_llm_started",
-    "check_bot_llm_stopped",
-    "check_bot_text",
-    "check_bot_tts_stopped",
-    "check_bot_tts_text",
-    "check_call_identity",
     "check_command",
-    "check_command_error",
     "check_command_result",
     "check_context_message",
     "check_context_update",
     "check_end",
-    "check_envelope",
-    "check_error_event",
-    "check_events_lost",
-    "check_latency_summary",
-    "check_llm_usage",
-    "check_metrics",
-    "check_resume_info",
     "check_say",
     "check_session_accept",
-    "check_session_end",
-    "check_session_reject",
-    "check_session_start",
-    "check_session_usage",
-    "check_stage_latency",
-    "check_stt_usage",
-    "check_token_usage",
-    "check_tool_call",
-    "check_tool_cancel",
     "check_tool_declaration",
     "check_tool_result",
     "check_tools_set",
     "check_transfer",
-    "check_tts_usage",
-    "check_turn_bot_ended",
-    "check_turn_bot_started",
-    "check_turn_interrupted",
-    "check_turn_metrics",
-    "check_turn_user_ended",
-    "check_turn_user_started",
-    "check_usage_summary",
-    "check_user_text",
-    "check_user_transcript",
 ]
-
-_CONTEXT_ROLE_VALUES: Final = frozenset(ContextRole)
-
-_EVENT_TYPE_VALUES: Final = frozenset(EventType)
-
-_TOOL_CANCEL_REASON_VALUES: Final = frozenset(ToolCancelReason)
-
-_TOOL_KIND_VALUES: Final = frozenset(ToolKind)
-
-_TRANSFER_MODE_VALUES: Final = frozenset(TransferMode)
-
-_PATTERN_0: Final = re.compile("^[0-9A-Fa-f]{16}$")
-
-_PATTERN_1: Final = re.compile("^[A-Za-z0-9_-]{1,64}$")
-
-_PATTERN_2: Final = re.compile(r"^\+[0-9]{8,15}$")
-
-
-def check_resume_info(
-    value: ResumeInfo, full: bool, path: str = "$", message_type: str | None = None
-) -> None:
-    """Check the values of ``ResumeInfo``; ``full`` adds the rules decoding enforces itself."""
-    if full and not 1 <= value.attempt <= JSON_SAFE_INTEGER:
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT,
-            out_of_range(value.attempt, 1, JSON_SAFE_INTEGER, ""),
-            path=f"{path}.attempt",
-            message_type=message_type,
-        )
-    if full and not 1 <= value.previous_seq <= JSON_SAFE_INTEGER:
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT,
-            out_of_range(value.previous_seq, 1, JSON_SAFE_INTEGER, ""),
-            path=f"{path}.previous_seq",
-            message_type=message_type,
-        )
-    if full and not 0 <= value.down_ms <= JSON_SAFE_INTEGER:
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT,
-            out_of_range(value.down_ms, 0, JSON_SAFE_INTEGER, ""),
-            path=f"{path}.down_ms",
-            message_type=message_type,
-        )
-
-
-def check_call_identity(
-    value: CallIdentity, full: bool, path: str = "$", message_type: str | None = None
-) -> None:
-    """Check the values of ``CallIdentity``; ``full`` adds the rules decoding enforces itself."""
-
-
-def check_metrics(
-    value: Metrics, full: bool, path: str = "$", message_type: str | None = None
-) -> None:
-    """Check the values of ``Metrics``; ``full`` adds the rules decoding enforces itself."""
-    if value.end_of_turn_ms is not UNSET and value.end_of_turn_ms is not None and full:
-        if (problem := finite(value.end_of_turn_ms)) is not None:
-            raise ProtocolError(
-                ErrorCode.INVALID_ARGUMENT,
-                problem,
-                path=f"{path}.end_of_turn_ms",
-                message_type=message_type,
-            )
-        if value.end_of_turn_ms < 0:
-            raise ProtocolError(
-                ErrorCode.INVALID_ARGUMENT,
-                out_of_range(value.end_of_turn_ms, 0, None, ""),
-                path=f"{path}.end_of_turn_ms",
-                message_type=message_type,
-            )
-    if value.stt_final_ms is not UNSET and value.stt_final_ms is not None and full:
-        if (problem := finite(value.stt_final_ms)) is not None:
-            raise ProtocolError(
-                ErrorCode.INVALID_ARGUMENT,
-                problem,
-                path=f"{path}.stt_final_ms",
-                message_type=message_type,
-            )
-        if value.stt_final_ms < 0:
-            raise ProtocolError(
-                ErrorCode.INVALID_ARGUMENT,
-                out_of_range(value.stt_final_ms, 0, None, ""),
-                path=f"{path}.stt_final_ms",
-                message_type=message_type,
-            )
-    if value.llm_ttft_ms is not UNSET and value.llm_ttft_ms is not None and full:
-        if (problem := finite(value.llm_ttft_ms)) is not None:
-            raise ProtocolError(
-                ErrorCode.INVALID_ARGUMENT,
-                problem,
-                path=f"{path}.llm_ttft_ms",
-                message_type=message_type,
-            )
-        if value.llm_ttft_ms < 0:
-            raise ProtocolError(
-                ErrorCode.INVALID_ARGUMENT,
-                out_of_range(value.llm_ttft_ms, 0, None, ""),
-                path=f"{path}.llm_ttft_ms",
-                message_type=message_type,
-            )
-    if value.tts_ttfb_ms is not UNSET and value.tts_ttfb_ms is not None and full:
-        if (problem := finite(value.tts_ttfb_ms)) is not None:
-            raise ProtocolError(
-                ErrorCode.INVALID_ARGUMENT,
-                problem,
-                path=f"{path}.tts_ttfb_ms",
-                message_type=message_type,
-            )
-        if value.tts_ttfb_ms < 0:
-            raise ProtocolError(
-                ErrorCode.INVALID_ARGUMENT,
-                out_of_range(value.tts_ttfb_ms, 0, None, ""),
-                path=f"{path}.tts_ttfb_ms",
-                message_type=message_type,
-            )
-    if value.response_ms is not UNSET and value.response_ms is not None and full:
-        if (problem := finite(value.response_ms)) is not None:
-            raise ProtocolError(
-                ErrorCode.INVALID_ARGUMENT,
-                problem,
-                path=f"{path}.response_ms",
-                message_type=message_type,
-            )
-        if value.response_ms < 0:
-            raise ProtocolError(
-                ErrorCode.INVALID_ARGUMENT,
-                out_of_range(value.response_ms, 0, None, ""),
-                path=f"{path}.response_ms",
-                message_type=message_type,
-            )
-
-
-def check_token_usage(
-    value: TokenUsage, full: bool, path: str = "$", message_type: str | None = None
-) -> None:
-    """Check the values of ``TokenUsage``; ``full`` adds the rules decoding enforces itself."""
-    if full and not 0 <= value.input_tokens <= JSON_SAFE_INTEGER:
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT,
-            out_of_range(value.input_tokens, 0, JSON_SAFE_INTEGER, ""),
-            path=f"{path}.input_tokens",
-            message_type=message_type,
-        )
-    if full and not 0 <= value.cached_input_tokens <= JSON_SAFE_INTEGER:
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT,
-            out_of_range(value.cached_input_tokens, 0, JSON_SAFE_INTEGER, ""),
-            path=f"{path}.cached_input_tokens",
-            message_type=message_type,
-        )
-    if full and not 0 <= value.output_tokens <= JSON_SAFE_INTEGER:
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT,
-            out_of_range(value.output_tokens, 0, JSON_SAFE_INTEGER, ""),
-            path=f"{path}.output_tokens",
-            message_type=message_type,
-        )
-
-
-def check_stage_latency(
-    value: StageLatency, full: bool, path: str = "$", message_type: str | None = None
-) -> None:
-    """Check the values of ``StageLatency``; ``full`` adds the rules decoding enforces itself."""
-    if full:
-        if (problem := finite(value.avg_ms)) is not None:
-            raise ProtocolError(
-                ErrorCode.INVALID_ARGUMENT,
-                problem,
-                path=f"{path}.avg_ms",
-                message_type=message_type,
-            )
-        if value.avg_ms < 0:
-            raise ProtocolError(
-                ErrorCode.INVALID_ARGUMENT,
-                out_of_range(value.avg_ms, 0, None, ""),
-                path=f"{path}.avg_ms",
-                message_type=message_type,
-            )
-    if full:
-        if (problem := finite(value.max_ms)) is not None:
-            raise ProtocolError(
-                ErrorCode.INVALID_ARGUMENT,
-                problem,
-                path=f"{path}.max_ms",
-                message_type=message_type,
-            )
-        if value.max_ms < 0:
-            raise ProtocolError(
-                ErrorCode.INVALID_ARGUMENT,
-                out_of_range(value.max_ms, 0, None, ""),
-                path=f"{path}.max_ms",
-                message_type=message_type,
-            )
-
-
-def check_latency_summary(
-    value: LatencySummary, full: bool, path: str = "$", message_type: str | None = None
-) -> None:
-    """Check the values of ``LatencySummary``; ``full`` adds the rules decoding enforces itself."""
-    if value.end_of_turn is not UNSET and value.end_of_turn is not None and full:
-        check_stage_latency(value.end_of_turn, full, f"{path}.end_of_turn", message_type)
-    if value.stt_final is not UNSET and value.stt_final is not None and full:
-        check_stage_latency(value.stt_final, full, f"{path}.stt_final", message_type)
-    if value.llm_ttft is not UNSET and value.llm_ttft is not None and full:
-        check_stage_latency(value.llm_ttft, full, f"{path}.llm_ttft", message_type)
-    if value.tts_ttfb is not UNSET and value.tts_ttfb is not None and full:
-        check_stage_latency(value.tts_ttfb, full, f"{path}.tts_ttfb", message_type)
-    if value.response is not UNSET and value.response is not None and full:
-        check_stage_latency(value.response, full, f"{path}.response", message_type)
-
-
-def check_llm_usage(
-    value: LlmUsage, full: bool, path: str = "$", message_type: str | None = None
-) -> None:
-    """Check the values of ``LlmUsage``; ``full`` adds the rules decoding enforces itself."""
-    if full and not 0 <= value.input_tokens <= JSON_SAFE_INTEGER:
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT,
-            out_of_range(value.input_tokens, 0, JSON_SAFE_INTEGER, ""),
-            path=f"{path}.input_tokens",
-            message_type=message_type,
-        )
-    if full and not 0 <= value.cached_input_tokens <= JSON_SAFE_INTEGER:
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT,
-            out_of_range(value.cached_input_tokens, 0, JSON_SAFE_INTEGER, ""),
-            path=f"{path}.cached_input_tokens",
-            message_type=message_type,
-        )
-    if full and not 0 <= value.output_tokens <= JSON_SAFE_INTEGER:
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT,
-            out_of_range(value.output_tokens, 0, JSON_SAFE_INTEGER, ""),
-            path=f"{path}.output_tokens",
-            message_type=message_type,
-        )
-    if full and not 0 <= value.responses_without_usage <= JSON_SAFE_INTEGER:
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT,
-            out_of_range(value.responses_without_usage, 0, JSON_SAFE_INTEGER, ""),
-            path=f"{path}.responses_without_usage",
-            message_type=message_type,
-        )
-
-
-def check_stt_usage(
-    value: SttUsage, full: bool, path: str = "$", message_type: str | None = None
-) -> None:
-    """Check the values of ``SttUsage``; ``full`` adds the rules decoding enforces itself."""
-    if full:
-        if (problem := finite(value.audio_seconds)) is not None:
-            raise ProtocolError(
-                ErrorCode.INVALID_ARGUMENT,
-                problem,
-                path=f"{path}.audio_seconds",
-                message_type=message_type,
-            )
-        if value.audio_seconds < 0:
-            raise ProtocolError(
-                ErrorCode.INVALID_ARGUMENT,
-                out_of_range(value.audio_seconds, 0, None, ""),
-                path=f"{path}.audio_seconds",
-                message_type=message_type,
-            )
-
-
-def check_tts_usage(
-    value: TtsUsage, full: bool, path: str = "$", message_type: str | None = None
-) -> None:
-    """Check the values of ``TtsUsage``; ``full`` adds the rules decoding enforces itself."""
-    if full and not 0 <= value.characters <= JSON_SAFE_INTEGER:
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT,
-            out_of_range(value.characters, 0, JSON_SAFE_INTEGER, ""),
-            path=f"{path}.characters",
-            message_type=message_type,
-        )
-
-
-def check_usage_summary(
-    value: UsageSummary, full: bool, path: str = "$", message_type: str | None = None
-) -> None:
-    """Check the values of ``UsageSummary``; ``full`` adds the rules decoding enforces itself."""
-    if value.llm is not UNSET and value.llm is not None and full:
-        check_llm_usage(value.llm, full, f"{path}.llm", message_type)
-    if value.stt is not UNSET and value.stt is not None and full:
-        check_stt_usage(value.stt, full, f"{path}.stt", message_type)
-    if value.tts is not UNSET and value.tts is not None and full:
-        check_tts_usage(value.tts, full, f"{path}.tts", message_type)
-
-
-def check_command_error(
-    value: CommandError, full: bool, path: str = "$", message_type: str | None = None
-) -> None:
-    """Check the values of ``CommandError``; ``full`` adds the rules decoding enforces itself."""
 
 
 def check_tool_declaration(
-    value: ToolDeclaration, full: bool, path: str = "$", message_type: str | None = None
+    value: ToolDeclaration, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of ``ToolDeclaration``; ``full`` adds the rules decoding enforces itself."""
-    if full:
-        if (problem := matches(value.name, _PATTERN_1)) is not None:
-            raise ProtocolError(
-                ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.name", message_type=message_type
-            )
-        if not 1 <= len(value.name) <= MAX_TOOL_NAME_LENGTH:
-            raise ProtocolError(
-                ErrorCode.INVALID_ARGUMENT,
-                out_of_range(len(value.name), 1, MAX_TOOL_NAME_LENGTH, "characters"),
-                path=f"{path}.name",
-                message_type=message_type,
-            )
+    """Check the rules of ``ToolDeclaration`` that its typed decoding cannot carry."""
     if (problem := not_blank(value.description)) is not None:
         raise ProtocolError(
             ErrorCode.INVALID_ARGUMENT,
             problem,
             path=f"{path}.description",
-            message_type=message_type,
-        )
-    if full and (found := json_value_problem(value.parameters, "")) is not None:
-        raise ProtocolError(
-            ErrorCode.BAD_MESSAGE,
-            found[1],
-            path=f"{path}.parameters{found[0]}",
-            message_type=message_type,
-        )
-    if full and (problem := one_of(value.kind, _TOOL_KIND_VALUES)) is not None:
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.kind", message_type=message_type
-        )
-    if full and not MIN_TOOL_TIMEOUT_MS <= value.timeout_ms <= MAX_TOOL_TIMEOUT_MS:
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT,
-            out_of_range(value.timeout_ms, MIN_TOOL_TIMEOUT_MS, MAX_TOOL_TIMEOUT_MS, ""),
-            path=f"{path}.timeout_ms",
-            message_type=message_type,
-        )
-    if full and not 0 <= value.filler_after_ms <= JSON_SAFE_INTEGER:
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT,
-            out_of_range(value.filler_after_ms, 0, JSON_SAFE_INTEGER, ""),
-            path=f"{path}.filler_after_ms",
             message_type=message_type,
         )
     if (
@@ -519,43 +99,17 @@ def check_tool_declaration(
 
 
 def check_context_message(
-    value: ContextMessage, full: bool, path: str = "$", message_type: str | None = None
+    value: ContextMessage, path: str = "$", message_type: str | None = None
 ) -> None:
-    """Check the values of ``ContextMessage``; ``full`` adds the rules decoding enforces itself."""
-    if full and (problem := one_of(value.role, _CONTEXT_ROLE_VALUES)) is not None:
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.role", message_type=message_type
-        )
+    """Check the rules of ``ContextMessage`` that its typed decoding cannot carry."""
     if (problem := not_blank(value.text)) is not None:
         raise ProtocolError(
             ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.text", message_type=message_type
         )
 
 
-def check_envelope(
-    value: Envelope, full: bool, path: str = "$", message_type: str | None = None
-) -> None:
-    """Check the values of ``Envelope``; ``full`` adds the rules decoding enforces itself."""
-    if full and not 1 <= value.seq <= JSON_SAFE_INTEGER:
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT,
-            out_of_range(value.seq, 1, JSON_SAFE_INTEGER, ""),
-            path=f"{path}.seq",
-            message_type=message_type,
-        )
-    if full and not 0 <= value.t_ms <= JSON_SAFE_INTEGER:
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT,
-            out_of_range(value.t_ms, 0, JSON_SAFE_INTEGER, ""),
-            path=f"{path}.t_ms",
-            message_type=message_type,
-        )
-
-
-def check_command(
-    value: Command, full: bool, path: str = "$", message_type: str | None = None
-) -> None:
-    """Check the values of ``Command``; ``full`` adds the rules decoding enforces itself."""
+def check_command(value: Command, path: str = "$", message_type: str | None = None) -> None:
+    """Check the rules of ``Command`` that its typed decoding cannot carry."""
     if (
         value.id is not UNSET
         and (problem := min_bytes(value.id, 1) or max_bytes(value.id, MAX_COMMAND_ID_BYTES))
@@ -564,61 +118,18 @@ def check_command(
         raise ProtocolError(
             ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.id", message_type=message_type
         )
-    if value.re is not UNSET and full and not 1 <= value.re <= JSON_SAFE_INTEGER:
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT,
-            out_of_range(value.re, 1, JSON_SAFE_INTEGER, ""),
-            path=f"{path}.re",
-            message_type=message_type,
-        )
-
-
-def check_session_start(
-    value: SessionStart, full: bool, path: str = "$", message_type: str | None = "session.start"
-) -> None:
-    """Check the values of ``session.start``; ``full`` adds the rules decoding enforces itself."""
-    if full:
-        check_envelope(value, full, path, message_type)
-    if full and (problem := one_of(value.protocol, ("brisvox.agent",))) is not None:
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.protocol", message_type=message_type
-        )
-    if full:
-        for index, versions_item in enumerate(value.versions):
-            if not -JSON_SAFE_INTEGER <= versions_item <= JSON_SAFE_INTEGER:
-                raise ProtocolError(
-                    ErrorCode.INVALID_ARGUMENT,
-                    out_of_range(versions_item, -JSON_SAFE_INTEGER, JSON_SAFE_INTEGER, ""),
-                    path=f"{path}.versions[{index}]",
-                    message_type=message_type,
-                )
-    if value.resume is not UNSET and value.resume is not None and full:
-        check_resume_info(value.resume, full, f"{path}.resume", message_type)
-    if value.call is not UNSET and value.call is not None and full:
-        check_call_identity(value.call, full, f"{path}.call", message_type)
 
 
 def check_session_accept(
-    value: SessionAccept, full: bool, path: str = "$", message_type: str | None = "session.accept"
+    value: SessionAccept, path: str = "$", message_type: str | None = "session.accept"
 ) -> None:
-    """Check the values of ``session.accept``; ``full`` adds the rules decoding enforces itself."""
-    if full and not 1 <= value.version <= JSON_SAFE_INTEGER:
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT,
-            out_of_range(value.version, 1, JSON_SAFE_INTEGER, ""),
-            path=f"{path}.version",
-            message_type=message_type,
-        )
+    """Check the rules of ``session.accept`` that its typed decoding cannot carry."""
     if (problem := unique([item.name for item in value.tools])) is not None:
         raise ProtocolError(
             ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.tools", message_type=message_type
         )
-    if full and (problem := max_items(value.tools, MAX_TOOLS)) is not None:
-        raise ProtocolError(
-            ErrorCode.TOO_LARGE, problem, path=f"{path}.tools", message_type=message_type
-        )
     for index, tools_item in enumerate(value.tools):
-        check_tool_declaration(tools_item, full, f"{path}.tools[{index}]", message_type)
+        check_tool_declaration(tools_item, f"{path}.tools[{index}]", message_type)
     if (
         value.system_prompt is not UNSET
         and (problem := max_bytes(value.system_prompt, MAX_SYSTEM_PROMPT_BYTES)) is not None
@@ -629,17 +140,9 @@ def check_session_accept(
             path=f"{path}.system_prompt",
             message_type=message_type,
         )
-    if (
-        value.context is not UNSET
-        and full
-        and (problem := max_items(value.context, MAX_CONTEXT_MESSAGES)) is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.TOO_LARGE, problem, path=f"{path}.context", message_type=message_type
-        )
     if value.context is not UNSET:
         for index, context_item in enumerate(value.context):
-            check_context_message(context_item, full, f"{path}.context[{index}]", message_type)
+            check_context_message(context_item, f"{path}.context[{index}]", message_type)
     if (
         value.greeting is not UNSET
         and (problem := not_blank(value.greeting) or max_bytes(value.greeting, MAX_LINE_BYTES))
@@ -648,396 +151,12 @@ def check_session_accept(
         raise ProtocolError(
             ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.greeting", message_type=message_type
         )
-    if value.events is not UNSET and full:
-        for index, events_item in enumerate(value.events):
-            if (problem := one_of(events_item, _EVENT_TYPE_VALUES)) is not None:
-                raise ProtocolError(
-                    ErrorCode.INVALID_ARGUMENT,
-                    problem,
-                    path=f"{path}.events[{index}]",
-                    message_type=message_type,
-                )
-
-
-def check_session_reject(
-    value: SessionReject, full: bool, path: str = "$", message_type: str | None = "session.reject"
-) -> None:
-    """Check the values of ``session.reject``; ``full`` adds the rules decoding enforces itself."""
-
-
-def check_session_end(
-    value: SessionEnd, full: bool, path: str = "$", message_type: str | None = "session.end"
-) -> None:
-    """Check the values of ``session.end``; ``full`` adds the rules decoding enforces itself."""
-    if full:
-        check_envelope(value, full, path, message_type)
-
-
-def check_session_usage(
-    value: SessionUsage, full: bool, path: str = "$", message_type: str | None = "session.usage"
-) -> None:
-    """Check the values of ``session.usage``; ``full`` adds the rules decoding enforces itself."""
-    if full:
-        check_envelope(value, full, path, message_type)
-    if full and not 0 <= value.duration_ms <= JSON_SAFE_INTEGER:
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT,
-            out_of_range(value.duration_ms, 0, JSON_SAFE_INTEGER, ""),
-            path=f"{path}.duration_ms",
-            message_type=message_type,
-        )
-    if full and not 0 <= value.turns <= JSON_SAFE_INTEGER:
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT,
-            out_of_range(value.turns, 0, JSON_SAFE_INTEGER, ""),
-            path=f"{path}.turns",
-            message_type=message_type,
-        )
-    if full and not 0 <= value.interrupted_turns <= JSON_SAFE_INTEGER:
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT,
-            out_of_range(value.interrupted_turns, 0, JSON_SAFE_INTEGER, ""),
-            path=f"{path}.interrupted_turns",
-            message_type=message_type,
-        )
-    if value.latency is not UNSET and value.latency is not None and full:
-        check_latency_summary(value.latency, full, f"{path}.latency", message_type)
-    if value.usage is not UNSET and value.usage is not None and full:
-        check_usage_summary(value.usage, full, f"{path}.usage", message_type)
-
-
-def check_turn_user_started(
-    value: TurnUserStarted,
-    full: bool,
-    path: str = "$",
-    message_type: str | None = "turn.user_started",
-) -> None:
-    """Check the values of ``turn.user_started``; ``full`` adds the rules decoding enforces
-    itself.
-    """
-    if full:
-        check_envelope(value, full, path, message_type)
-    if full and not 0 <= value.epoch <= JSON_SAFE_INTEGER:
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT,
-            out_of_range(value.epoch, 0, JSON_SAFE_INTEGER, ""),
-            path=f"{path}.epoch",
-            message_type=message_type,
-        )
-
-
-def check_turn_user_ended(
-    value: TurnUserEnded, full: bool, path: str = "$", message_type: str | None = "turn.user_ended"
-) -> None:
-    """Check the values of ``turn.user_ended``; ``full`` adds the rules decoding enforces itself."""
-    if full:
-        check_envelope(value, full, path, message_type)
-    if full and not 0 <= value.epoch <= JSON_SAFE_INTEGER:
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT,
-            out_of_range(value.epoch, 0, JSON_SAFE_INTEGER, ""),
-            path=f"{path}.epoch",
-            message_type=message_type,
-        )
-
-
-def check_turn_bot_started(
-    value: TurnBotStarted,
-    full: bool,
-    path: str = "$",
-    message_type: str | None = "turn.bot_started",
-) -> None:
-    """Check the values of ``turn.bot_started``; ``full`` adds the rules decoding enforces
-    itself.
-    """
-    if full:
-        check_envelope(value, full, path, message_type)
-    if full and not 0 <= value.epoch <= JSON_SAFE_INTEGER:
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT,
-            out_of_range(value.epoch, 0, JSON_SAFE_INTEGER, ""),
-            path=f"{path}.epoch",
-            message_type=message_type,
-        )
-
-
-def check_turn_bot_ended(
-    value: TurnBotEnded, full: bool, path: str = "$", message_type: str | None = "turn.bot_ended"
-) -> None:
-    """Check the values of ``turn.bot_ended``; ``full`` adds the rules decoding enforces itself."""
-    if full:
-        check_envelope(value, full, path, message_type)
-    if full and not 0 <= value.epoch <= JSON_SAFE_INTEGER:
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT,
-            out_of_range(value.epoch, 0, JSON_SAFE_INTEGER, ""),
-            path=f"{path}.epoch",
-            message_type=message_type,
-        )
-
-
-def check_turn_interrupted(
-    value: TurnInterrupted,
-    full: bool,
-    path: str = "$",
-    message_type: str | None = "turn.interrupted",
-) -> None:
-    """Check the values of ``turn.interrupted``; ``full`` adds the rules decoding enforces
-    itself.
-    """
-    if full:
-        check_envelope(value, full, path, message_type)
-    if full and not 0 <= value.epoch <= JSON_SAFE_INTEGER:
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT,
-            out_of_range(value.epoch, 0, JSON_SAFE_INTEGER, ""),
-            path=f"{path}.epoch",
-            message_type=message_type,
-        )
-
-
-def check_turn_metrics(
-    value: TurnMetrics, full: bool, path: str = "$", message_type: str | None = "turn.metrics"
-) -> None:
-    """Check the values of ``turn.metrics``; ``full`` adds the rules decoding enforces itself."""
-    if full:
-        check_envelope(value, full, path, message_type)
-    if full and not 0 <= value.epoch <= JSON_SAFE_INTEGER:
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT,
-            out_of_range(value.epoch, 0, JSON_SAFE_INTEGER, ""),
-            path=f"{path}.epoch",
-            message_type=message_type,
-        )
-    if value.metrics is not UNSET and value.metrics is not None and full:
-        check_metrics(value.metrics, full, f"{path}.metrics", message_type)
-
-
-def check_user_transcript(
-    value: UserTranscript, full: bool, path: str = "$", message_type: str | None = "user.transcript"
-) -> None:
-    """Check the values of ``user.transcript``; ``full`` adds the rules decoding enforces itself."""
-    if full:
-        check_envelope(value, full, path, message_type)
-
-
-def check_user_text(
-    value: UserText, full: bool, path: str = "$", message_type: str | None = "user.text"
-) -> None:
-    """Check the values of ``user.text``; ``full`` adds the rules decoding enforces itself."""
-    if full:
-        check_envelope(value, full, path, message_type)
-    if full and not 0 <= value.epoch <= JSON_SAFE_INTEGER:
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT,
-            out_of_range(value.epoch, 0, JSON_SAFE_INTEGER, ""),
-            path=f"{path}.epoch",
-            message_type=message_type,
-        )
-
-
-def check_bot_llm_started(
-    value: BotLlmStarted, full: bool, path: str = "$", message_type: str | None = "bot.llm_started"
-) -> None:
-    """Check the values of ``bot.llm_started``; ``full`` adds the rules decoding enforces itself."""
-    if full:
-        check_envelope(value, full, path, message_type)
-    if full and not 0 <= value.epoch <= JSON_SAFE_INTEGER:
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT,
-            out_of_range(value.epoch, 0, JSON_SAFE_INTEGER, ""),
-            path=f"{path}.epoch",
-            message_type=message_type,
-        )
-
-
-def check_bot_text(
-    value: BotText, full: bool, path: str = "$", message_type: str | None = "bot.text"
-) -> None:
-    """Check the values of ``bot.text``; ``full`` adds the rules decoding enforces itself."""
-    if full:
-        check_envelope(value, full, path, message_type)
-    if full and not 0 <= value.epoch <= JSON_SAFE_INTEGER:
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT,
-            out_of_range(value.epoch, 0, JSON_SAFE_INTEGER, ""),
-            path=f"{path}.epoch",
-            message_type=message_type,
-        )
-
-
-def check_bot_llm_stopped(
-    value: BotLlmStopped, full: bool, path: str = "$", message_type: str | None = "bot.llm_stopped"
-) -> None:
-    """Check the values of ``bot.llm_stopped``; ``full`` adds the rules decoding enforces itself."""
-    if full:
-        check_envelope(value, full, path, message_type)
-    if full and not 0 <= value.epoch <= JSON_SAFE_INTEGER:
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT,
-            out_of_range(value.epoch, 0, JSON_SAFE_INTEGER, ""),
-            path=f"{path}.epoch",
-            message_type=message_type,
-        )
-    if value.usage is not UNSET and value.usage is not None and full:
-        check_token_usage(value.usage, full, f"{path}.usage", message_type)
-
-
-def check_bot_tts_text(
-    value: BotTtsText, full: bool, path: str = "$", message_type: str | None = "bot.tts_text"
-) -> None:
-    """Check the values of ``bot.tts_text``; ``full`` adds the rules decoding enforces itself."""
-    if full:
-        check_envelope(value, full, path, message_type)
-    if full and not 0 <= value.epoch <= JSON_SAFE_INTEGER:
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT,
-            out_of_range(value.epoch, 0, JSON_SAFE_INTEGER, ""),
-            path=f"{path}.epoch",
-            message_type=message_type,
-        )
-
-
-def check_bot_tts_stopped(
-    value: BotTtsStopped, full: bool, path: str = "$", message_type: str | None = "bot.tts_stopped"
-) -> None:
-    """Check the values of ``bot.tts_stopped``; ``full`` adds the rules decoding enforces itself."""
-    if full:
-        check_envelope(value, full, path, message_type)
-    if full and not 0 <= value.epoch <= JSON_SAFE_INTEGER:
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT,
-            out_of_range(value.epoch, 0, JSON_SAFE_INTEGER, ""),
-            path=f"{path}.epoch",
-            message_type=message_type,
-        )
-
-
-def check_error_event(
-    value: ErrorEvent, full: bool, path: str = "$", message_type: str | None = "error"
-) -> None:
-    """Check the values of ``error``; ``full`` adds the rules decoding enforces itself."""
-    if full:
-        check_envelope(value, full, path, message_type)
-
-
-def check_events_lost(
-    value: EventsLost, full: bool, path: str = "$", message_type: str | None = "events.lost"
-) -> None:
-    """Check the values of ``events.lost``; ``full`` adds the rules decoding enforces itself."""
-    if full:
-        check_envelope(value, full, path, message_type)
-    if full and not 0 <= value.count <= JSON_SAFE_INTEGER:
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT,
-            out_of_range(value.count, 0, JSON_SAFE_INTEGER, ""),
-            path=f"{path}.count",
-            message_type=message_type,
-        )
-
-
-def check_tool_call(
-    value: ToolCall, full: bool, path: str = "$", message_type: str | None = "tool.call"
-) -> None:
-    """Check the values of ``tool.call``; ``full`` adds the rules decoding enforces itself."""
-    if full:
-        check_envelope(value, full, path, message_type)
-    if full and not 0 <= value.id <= JSON_SAFE_INTEGER:
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT,
-            out_of_range(value.id, 0, JSON_SAFE_INTEGER, ""),
-            path=f"{path}.id",
-            message_type=message_type,
-        )
-    if full and (found := json_value_problem(value.arguments, "")) is not None:
-        raise ProtocolError(
-            ErrorCode.BAD_MESSAGE,
-            found[1],
-            path=f"{path}.arguments{found[0]}",
-            message_type=message_type,
-        )
-    if full and (problem := one_of(value.kind, _TOOL_KIND_VALUES)) is not None:
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.kind", message_type=message_type
-        )
-    if full and not 0 <= value.epoch <= JSON_SAFE_INTEGER:
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT,
-            out_of_range(value.epoch, 0, JSON_SAFE_INTEGER, ""),
-            path=f"{path}.epoch",
-            message_type=message_type,
-        )
-    if full:
-        if (problem := matches(value.idempotency_key, _PATTERN_0)) is not None:
-            raise ProtocolError(
-                ErrorCode.INVALID_ARGUMENT,
-                problem,
-                path=f"{path}.idempotency_key",
-                message_type=message_type,
-            )
-        if not IDEMPOTENCY_KEY_LENGTH <= len(value.idempotency_key) <= IDEMPOTENCY_KEY_LENGTH:
-            raise ProtocolError(
-                ErrorCode.INVALID_ARGUMENT,
-                out_of_range(
-                    len(value.idempotency_key),
-                    IDEMPOTENCY_KEY_LENGTH,
-                    IDEMPOTENCY_KEY_LENGTH,
-                    "characters",
-                ),
-                path=f"{path}.idempotency_key",
-                message_type=message_type,
-            )
-    if full and not MIN_TOOL_TIMEOUT_MS <= value.timeout_ms <= JSON_SAFE_INTEGER:
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT,
-            out_of_range(value.timeout_ms, MIN_TOOL_TIMEOUT_MS, JSON_SAFE_INTEGER, ""),
-            path=f"{path}.timeout_ms",
-            message_type=message_type,
-        )
-
-
-def check_tool_cancel(
-    value: ToolCancel, full: bool, path: str = "$", message_type: str | None = "tool.cancel"
-) -> None:
-    """Check the values of ``tool.cancel``; ``full`` adds the rules decoding enforces itself."""
-    if full:
-        check_envelope(value, full, path, message_type)
-    if full and not 0 <= value.id <= JSON_SAFE_INTEGER:
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT,
-            out_of_range(value.id, 0, JSON_SAFE_INTEGER, ""),
-            path=f"{path}.id",
-            message_type=message_type,
-        )
-    if full and (problem := one_of(value.reason, _TOOL_CANCEL_REASON_VALUES)) is not None:
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.reason", message_type=message_type
-        )
 
 
 def check_tool_result(
-    value: ToolResult, full: bool, path: str = "$", message_type: str | None = "tool.result"
+    value: ToolResult, path: str = "$", message_type: str | None = "tool.result"
 ) -> None:
-    """Check the values of ``tool.result``; ``full`` adds the rules decoding enforces itself."""
-    if full and not 0 <= value.id <= JSON_SAFE_INTEGER:
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT,
-            out_of_range(value.id, 0, JSON_SAFE_INTEGER, ""),
-            path=f"{path}.id",
-            message_type=message_type,
-        )
-    if (
-        value.result is not UNSET
-        and value.result is not None
-        and full
-        and (found := json_value_problem(value.result, "")) is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.BAD_MESSAGE,
-            found[1],
-            path=f"{path}.result{found[0]}",
-            message_type=message_type,
-        )
+    """Check the rules of ``tool.result`` that its typed decoding cannot carry."""
     if (
         problem := exactly_one_of(
             (
@@ -1058,18 +177,18 @@ def check_tool_result(
         )
 
 
-def check_say(value: Say, full: bool, path: str = "$", message_type: str | None = "say") -> None:
-    """Check the values of ``say``; ``full`` adds the rules decoding enforces itself."""
-    check_command(value, full, path, message_type)
+def check_say(value: Say, path: str = "$", message_type: str | None = "say") -> None:
+    """Check the rules of ``say`` that its typed decoding cannot carry."""
+    check_command(value, path, message_type)
     if (problem := not_blank(value.text) or max_bytes(value.text, MAX_LINE_BYTES)) is not None:
         raise ProtocolError(
             ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.text", message_type=message_type
         )
 
 
-def check_end(value: End, full: bool, path: str = "$", message_type: str | None = "end") -> None:
-    """Check the values of ``end``; ``full`` adds the rules decoding enforces itself."""
-    check_command(value, full, path, message_type)
+def check_end(value: End, path: str = "$", message_type: str | None = "end") -> None:
+    """Check the rules of ``end`` that its typed decoding cannot carry."""
+    check_command(value, path, message_type)
     if (
         value.say is not UNSET
         and (problem := not_blank(value.say) or max_bytes(value.say, MAX_LINE_BYTES)) is not None
@@ -1086,22 +205,9 @@ def check_end(value: End, full: bool, path: str = "$", message_type: str | None 
         )
 
 
-def check_transfer(
-    value: Transfer, full: bool, path: str = "$", message_type: str | None = "transfer"
-) -> None:
-    """Check the values of ``transfer``; ``full`` adds the rules decoding enforces itself."""
-    check_command(value, full, path, message_type)
-    if full and (problem := matches(value.destination, _PATTERN_2)) is not None:
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT,
-            problem,
-            path=f"{path}.destination",
-            message_type=message_type,
-        )
-    if full and (problem := one_of(value.mode, _TRANSFER_MODE_VALUES)) is not None:
-        raise ProtocolError(
-            ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.mode", message_type=message_type
-        )
+def check_transfer(value: Transfer, path: str = "$", message_type: str | None = "transfer") -> None:
+    """Check the rules of ``transfer`` that its typed decoding cannot carry."""
+    check_command(value, path, message_type)
     if (
         value.summary is not UNSET
         and (problem := max_bytes(value.summary, MAX_NOTE_BYTES)) is not None
@@ -1119,10 +225,10 @@ def check_transfer(
 
 
 def check_context_update(
-    value: ContextUpdate, full: bool, path: str = "$", message_type: str | None = "context.update"
+    value: ContextUpdate, path: str = "$", message_type: str | None = "context.update"
 ) -> None:
-    """Check the values of ``context.update``; ``full`` adds the rules decoding enforces itself."""
-    check_command(value, full, path, message_type)
+    """Check the rules of ``context.update`` that its typed decoding cannot carry."""
+    check_command(value, path, message_type)
     if (
         value.system_prompt is not UNSET
         and (problem := max_bytes(value.system_prompt, MAX_SYSTEM_PROMPT_BYTES)) is not None
@@ -1133,46 +239,26 @@ def check_context_update(
             path=f"{path}.system_prompt",
             message_type=message_type,
         )
-    if (
-        value.append is not UNSET
-        and full
-        and (problem := max_items(value.append, MAX_CONTEXT_MESSAGES)) is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.TOO_LARGE, problem, path=f"{path}.append", message_type=message_type
-        )
     if value.append is not UNSET:
         for index, append_item in enumerate(value.append):
-            check_context_message(append_item, full, f"{path}.append[{index}]", message_type)
+            check_context_message(append_item, f"{path}.append[{index}]", message_type)
 
 
 def check_tools_set(
-    value: ToolsSet, full: bool, path: str = "$", message_type: str | None = "tools.set"
+    value: ToolsSet, path: str = "$", message_type: str | None = "tools.set"
 ) -> None:
-    """Check the values of ``tools.set``; ``full`` adds the rules decoding enforces itself."""
-    check_command(value, full, path, message_type)
-    if (
-        value.enabled is not None
-        and full
-        and (problem := max_items(value.enabled, MAX_ENABLED_TOOLS)) is not None
-    ):
-        raise ProtocolError(
-            ErrorCode.TOO_LARGE, problem, path=f"{path}.enabled", message_type=message_type
-        )
+    """Check the rules of ``tools.set`` that its typed decoding cannot carry."""
+    check_command(value, path, message_type)
 
 
 def check_command_result(
-    value: CommandResult, full: bool, path: str = "$", message_type: str | None = "command.result"
+    value: CommandResult, path: str = "$", message_type: str | None = "command.result"
 ) -> None:
-    """Check the values of ``command.result``; ``full`` adds the rules decoding enforces itself."""
-    if full:
-        check_envelope(value, full, path, message_type)
+    """Check the rules of ``command.result`` that its typed decoding cannot carry."""
     if (problem := min_bytes(value.id, 1) or max_bytes(value.id, MAX_COMMAND_ID_BYTES)) is not None:
         raise ProtocolError(
             ErrorCode.INVALID_ARGUMENT, problem, path=f"{path}.id", message_type=message_type
         )
-    if value.error is not UNSET and value.error is not None and full:
-        check_command_error(value.error, full, f"{path}.error", message_type)
     if (
         problem := requires(
             value.error not in (UNSET, None, False), value.ok, False, ("error", "ok")
