@@ -9,8 +9,9 @@
 The first line says what the file is; every other line is one message: ``t`` (seconds since the
 capture began), ``from`` (the sender: ``server`` or ``agent`` for Brisvox, ``server`` or
 ``client`` for OVP) and either ``text`` (the text frame, as sent) or ``binary`` (the binary frame,
-base64). Both runtimes write captures through ``CaptureWriter``; ``voxwire validate`` reads
-them with ``read_capture``, line by line, in constant memory.
+base64). Both runtimes write captures through ``CaptureWriter`` (the ``record`` option of
+``AgentServer``, ``EngineLink``, ``OVPClient`` and ``Gateway``); ``voxwire validate`` reads them
+with ``read_capture``, line by line, in constant memory.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Final
+from typing import IO, Final, Protocol, TypeAlias
 
 __all__ = [
     "CAPTURE_VERSION",
@@ -31,6 +32,9 @@ __all__ = [
     "CaptureHeader",
     "CaptureWriter",
     "Frame",
+    "Record",
+    "Recorder",
+    "open_recorder",
     "read_capture",
 ]
 
@@ -71,6 +75,33 @@ class Frame:
     sender: str
     data: str | bytes
     """The text frame as a str, or the binary frame's bytes."""
+
+
+class Recorder(Protocol):
+    """Anything that takes the messages of a session as they pass (a ``CaptureWriter``)."""
+
+    def record(self, sender: str, data: str | bytes) -> None:
+        """``sender`` sent ``data`` (a text frame as str, a binary one as bytes)."""
+        ...
+
+
+Record: TypeAlias = str | Path | Recorder | None
+"""The ``record`` option of an adapter: a capture file to write (``{session_id}`` in the path
+is replaced by the call's id, so a server writes one file per call), a ``Recorder`` (kept open:
+its owner closes it), or ``None``."""
+
+
+def open_recorder(
+    record: Record, *, protocol: str, recorded_by: str, session_id: str
+) -> tuple[Recorder | None, CaptureWriter | None]:
+    """The recorder a ``record`` option names, and the writer opened here (to close), if any."""
+    if record is None:
+        return None, None
+    if isinstance(record, str | Path):
+        path = str(record).replace("{session_id}", session_id)
+        writer = CaptureWriter(path, protocol=protocol, recorded_by=recorded_by)
+        return writer, writer
+    return record, None
 
 
 class CaptureWriter:

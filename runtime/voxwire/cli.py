@@ -1,7 +1,7 @@
 """The ``voxwire`` command: a demo call on both protocols, capture validation, schema export.
 
 ```text
-voxwire demo [--protocol brisvox|ovp] [--record DIR]
+voxwire demo [--protocol brisvox|ovp|both] [--record DIR] [--no-color]
 voxwire validate FILE --protocol brisvox|ovp
 voxwire schema --protocol ovp [--message transcript.final]
 voxwire version
@@ -11,18 +11,28 @@ voxwire version
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from importlib import import_module
+from pathlib import Path
 from typing import Any
 
 from voxwire import __version__
+from voxwire.capture import CaptureError
+from voxwire.demo import DemoFailed, run
+from voxwire.demo.timeline import Style
 from voxwire.schema import json_schema
+from voxwire.validate import Note, Tally, check_capture
 
 __all__ = ["main"]
 
 PROTOCOLS = ("brisvox", "ovp")
+PROGRESS_AFTER = 2.0
+"""Seconds a validation runs before it shows its progress on stderr."""
 
 
 class CommandError(Exception):
@@ -42,6 +52,106 @@ def _cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_demo(args: argparse.Namespace) -> int:
+    protocols = PROTOCOLS if args.protocol == "both" else (args.protocol,)
+    color = sys.stdout.isatty() and not args.no_color and not os.environ.get("NO_COLOR")
+    try:
+        "→←…─".encode(sys.stdout.encoding or "ascii")
+    except (UnicodeEncodeError, LookupError):
+        unicode = False
+    else:
+        unicode = True
+    try:
+        if args.record is not None:
+            args.record.mkdir(parents=True, exist_ok=True)
+        run(protocols, out=sys.stdout, style=Style(color, unicode), record=args.record)
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        raise CommandError(f"{where}{exc.strerror or exc}") from None
+    except DemoFailed as exc:
+        raise CommandError(str(exc)) from None
+    return 0
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    name = args.file
+    try:
+        raw = open(name, "rb")  # noqa: SIM115 (closed with the reader below)
+    except OSError as exc:
+        raise CommandError(f"{name}: {exc.strerror or exc}") from None
+    tally = Tally()
+    progress = _Progress(raw, name)
+    with progress, io.TextIOWrapper(io.BufferedReader(progress), encoding="utf-8") as lines:
+        try:
+            header, findings = check_capture(lines, tally)
+            if header.protocol != args.protocol:
+                raise CommandError(
+                    f"{name} is a {header.protocol} capture (its header says so), "
+                    f"not {args.protocol}"
+                )
+            for finding in findings:
+                code = "note" if isinstance(finding, Note) else finding.code
+                print(f"{name}:{finding.line}: {code}: {finding.text}")
+        except CaptureError as exc:
+            raise CommandError(f"{name}:{exc.line}: {exc.problem}") from None
+        except UnicodeDecodeError as exc:
+            raise CommandError(f"{name}: not UTF-8 text ({exc.reason})") from None
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise CommandError(f"{name}: {exc.strerror or exc}") from None
+    print(
+        f"{name}: {_count(tally.messages, 'message')}, {_count(tally.frames, 'frame')}, "
+        f"{_count(tally.violations, 'violation')}"
+    )
+    return 0 if tally.violations == 0 else 1
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number:,} {noun}{'' if number == 1 else 's'}"
+
+
+class _Progress(io.RawIOBase):
+    """A file's bytes as read; once reading takes over ``PROGRESS_AFTER`` s, how far on stderr."""
+
+    def __init__(self, raw: io.BufferedReader, name: str) -> None:
+        super().__init__()
+        self._raw = raw
+        self._name = name
+        self._size = os.fstat(raw.fileno()).st_size
+        self._read = 0
+        self._next = time.monotonic() + PROGRESS_AFTER
+        self._shown = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        count = self._raw.readinto(buffer)
+        self._read += count
+        if time.monotonic() >= self._next:
+            self._show()
+        return count
+
+    def _show(self) -> None:
+        share = f" ({self._read / self._size:.0%})" if self._size else ""
+        status = f"voxwire validate: {self._name}: {self._read / 1e6:,.1f} MB read{share}"
+        if sys.stderr.isatty():
+            print(f"\r{status}", end="", file=sys.stderr, flush=True)
+            self._next = time.monotonic() + 0.2
+        else:
+            print(status, file=sys.stderr, flush=True)
+            self._next = time.monotonic() + 5.0
+        self._shown = True
+
+    def close(self) -> None:
+        if self._shown and sys.stderr.isatty():
+            print(file=sys.stderr)
+        self._shown = False
+        self._raw.close()
+        super().close()
+
+
 def _cmd_version(args: argparse.Namespace) -> int:
     print(f"voxwire {__version__}")
     for name in PROTOCOLS:
@@ -58,6 +168,30 @@ def _parser() -> argparse.ArgumentParser:
         "Orbit Voice Protocol 1.0.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    demo = commands.add_parser(
+        "demo",
+        help="play one scripted call per protocol on loopback and print its timeline",
+        description="Play one scripted call per protocol with the real runtimes, on loopback "
+        "(no external service), and print every message and a summary.",
+    )
+    demo.add_argument("--protocol", choices=(*PROTOCOLS, "both"), default="both")
+    demo.add_argument(
+        "--record",
+        metavar="DIR",
+        type=Path,
+        help="also write each call's capture: DIR/brisvox.jsonl, DIR/ovp.jsonl",
+    )
+    demo.add_argument("--no-color", action="store_true", help="no colours (also: NO_COLOR=1)")
+    demo.set_defaults(run=_cmd_demo)
+    validate = commands.add_parser(
+        "validate",
+        help="check a capture against the spec and the session rules",
+        description="Check a recorded session (a capture, see docs/capture.md) and print every "
+        "violation as FILE:LINE: CODE: explanation. Exit status 0 only for a clean capture.",
+    )
+    validate.add_argument("file", metavar="FILE", help="the capture (.jsonl)")
+    validate.add_argument("--protocol", required=True, choices=PROTOCOLS)
+    validate.set_defaults(run=_cmd_validate)
     schema = commands.add_parser("schema", help="print the JSON Schema of a protocol or message")
     schema.add_argument("--protocol", required=True, choices=PROTOCOLS)
     schema.add_argument("--message", metavar="TYPE", help="one message type, e.g. transcript.final")
@@ -76,5 +210,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CommandError as exc:
         print(f"voxwire {args.command}: {exc}", file=sys.stderr)
         return 2
-    except BrokenPipeError:  # voxwire schema | head
+    except BrokenPipeError:  # voxwire schema | head: the rest of the output has nowhere to go
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

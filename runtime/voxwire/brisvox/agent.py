@@ -91,6 +91,7 @@ from voxwire.brisvox.messages import (
     Transfer,
     TransferMode,
 )
+from voxwire.capture import CaptureWriter, Record, Recorder, open_recorder
 from voxwire.clock import SYSTEM_CLOCK, Clock
 from voxwire.sansio import Close, SendText
 
@@ -237,15 +238,18 @@ def is_loopback(host: str) -> bool:
 
 
 class _Link:
-    """One connection of a call: its socket and its core."""
+    """One connection of a call: its socket, its core, and the call's recorder."""
 
-    __slots__ = ("core", "timer", "wake", "ws")
+    __slots__ = ("capture", "core", "recorder", "timer", "wake", "ws")
 
     def __init__(self, ws: ServerConnection, core: AgentCore) -> None:
         self.ws = ws
         self.core = core
         self.wake = asyncio.Event()
         self.timer: asyncio.Task[None] | None = None
+        self.recorder: Recorder | None = None
+        self.capture: CaptureWriter | None = None
+        """The capture file opened for a new call (its session closes it at the call's end)."""
 
 
 class AgentSession:
@@ -277,6 +281,8 @@ class AgentSession:
         self._tools: dict[int, tuple[asyncio.Task[None], ToolContext]] = {}
         self._ended = False
         self._seen_seq = start.seq
+        self._recorder: Recorder | None = None
+        self._capture: CaptureWriter | None = None
 
     @property
     def id(self) -> str:
@@ -324,6 +330,11 @@ class AgentSession:
         self._ended = True
         self._buffer.finish(event)
         self._ready.set()
+
+    def _close_capture(self) -> None:
+        if self._capture is not None:
+            self._capture.close()
+            self._capture = None
 
     # -- commands -------------------------------------------------------------------------------
 
@@ -467,6 +478,9 @@ class AgentServer:
         ssl: A TLS context for ``wss://``.
         resume: Declare ``resume`` and park a call whose link is lost for ``resume_window``.
         clock: The clock every timer reads.
+        record: Record every message of each call, from its ``session.start`` on, into this
+            capture (a path, ``{session_id}`` in it replaced by the call's id; or a
+            ``voxwire.capture.Recorder``); see ``voxwire validate``.
     """
 
     def __init__(
@@ -489,6 +503,7 @@ class AgentServer:
         side_effect_grace: float = SIDE_EFFECT_GRACE_MS / 1000,
         versions: tuple[int, ...] = SUPPORTED_VERSIONS,
         clock: Clock = SYSTEM_CLOCK,
+        record: Record = None,
     ) -> None:
         names = [t.declaration.name for t in tools]
         if len(set(names)) != len(names):
@@ -510,6 +525,7 @@ class AgentServer:
         self.side_effect_grace = side_effect_grace
         self.versions = versions
         self.clock = clock
+        self.record = record
         self._port = port
         self._registry = ResumeRegistry(resume_window)
         self._sessions: dict[str, AgentSession] = {}
@@ -616,11 +632,15 @@ class AgentServer:
         link = _Link(ws, core)
         session = await self._handshake(link)
         if session is None:
+            if link.capture is not None:  # a call not taken
+                link.capture.close()
             return
         link.timer = self._spawn(self._timer(link, session), f"brisvox-timer-{session.id}")
         try:
             async for raw in ws:
                 now = self.clock.now()
+                if link.recorder is not None:
+                    link.recorder.record("server", raw)
                 if isinstance(raw, str):
                     outputs = link.core.receive_text(raw, now)
                 else:
@@ -631,6 +651,8 @@ class AgentServer:
         finally:
             link.timer.cancel()
             self._link_lost(session, link, "the link closed")
+            if session._ended:
+                session._close_capture()
 
     async def _handshake(self, link: _Link) -> AgentSession | None:
         core = link.core
@@ -651,7 +673,17 @@ class AgentServer:
             await self._perform(link, outputs)
             return None
         start, version = started[0].start, started[0].version
-        if start.resume not in (UNSET, None):
+        resuming = start.resume not in (UNSET, None)
+        if resuming:
+            known = self._sessions.get(start.session_id)
+            link.recorder = known._recorder if known is not None else None
+        else:
+            link.recorder, link.capture = open_recorder(
+                self.record, protocol="brisvox", recorded_by="agent", session_id=start.session_id
+            )
+        if link.recorder is not None:
+            link.recorder.record("server", raw)
+        if resuming:
             return await self._resume(link, start, version)
         if self.calls >= self.max_calls:
             await self._perform(link, core.reject(ErrorCode.UNAVAILABLE, "too many calls", now))
@@ -683,6 +715,7 @@ class AgentServer:
             return None
         session = AgentSession(self, start, version, accept)
         session._link = link
+        session._recorder, session._capture = link.recorder, link.capture
         self._sessions[session.id] = session
         if self.resume:
             self._registry.live(session.id)
@@ -889,6 +922,8 @@ class AgentServer:
         if self._sessions.get(session.id) is session:
             del self._sessions[session.id]
         session._finish(event)
+        if session._link is None:  # else the link's reader closes it when the link is gone
+            session._close_capture()
 
     async def _expire_loop(self) -> None:
         while True:
@@ -916,9 +951,12 @@ class AgentServer:
         """Write and close as the core asks; a write over the write timeout drops the link."""
         for out in outputs:
             if isinstance(out, SendText):
+                text = out.data.decode()
+                if link.recorder is not None:
+                    link.recorder.record("agent", text)
                 try:
                     async with asyncio.timeout(self.clock.real_seconds(self.write_timeout)):
-                        await link.ws.send(out.data.decode())
+                        await link.ws.send(text)
                 except TimeoutError:
                     link.ws.transport.abort()
                     raise SessionClosed("a write timed out; the link is down") from None

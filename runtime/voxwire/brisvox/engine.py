@@ -78,6 +78,7 @@ from voxwire.brisvox.messages import (
     SessionUsage,
     ToolCancelReason,
 )
+from voxwire.capture import Record, open_recorder
 from voxwire.clock import SYSTEM_CLOCK, Clock
 from voxwire.hosts import CheckedURL, check_url
 from voxwire.sansio import Close
@@ -429,6 +430,9 @@ class EngineLink:
         settings: The bounds (timeouts, queues, reconnecting).
         ssl: The TLS context for wss:// (the private CA); default roots when None.
         clock: The clock every timer reads.
+        record: Record every message of the call, sent and received, across its
+            reconnections, into this capture (a path, ``{session_id}`` in it replaced by the
+            call's id; or a ``voxwire.capture.Recorder``); see ``voxwire validate``.
     """
 
     def __init__(
@@ -442,6 +446,7 @@ class EngineLink:
         settings: LinkSettings | None = None,
         ssl: ssl_module.SSLContext | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        record: Record = None,
     ) -> None:
         self.target = target
         self.clock = clock
@@ -470,6 +475,10 @@ class EngineLink:
         self._retry_at: float | None = None
         self._runner: asyncio.Task[None] | None = None
         self._link_tasks: set[asyncio.Task[Any]] = set()
+        self._ended = False
+        self._recorder, self._capture = open_recorder(
+            record, protocol="brisvox", recorded_by="server", session_id=session_id
+        )
 
     # -- state ----------------------------------------------------------------------------------
 
@@ -545,6 +554,7 @@ class EngineLink:
     async def end(self, reason: str = "call_ended", usage: SessionUsage | None = None) -> None:
         """End the call: write what is queued, ``session.usage`` and ``session.end``, then close,
         all bounded by the close timeout."""
+        self._ended = True
         self._apply(self.core.end_call(reason, self.clock.now(), usage))
         ws = self._ws
         if ws is not None and self.core.state is EngineState.ENDING:
@@ -566,6 +576,8 @@ class EngineLink:
             self._ws.transport.abort()
         self._apply(self.core.end_call("call_ended", self.clock.now()))
         self._notices.put_nowait(None)
+        if self._capture is not None:
+            self._capture.close()
 
     async def __aenter__(self) -> EngineLink:
         return self
@@ -628,6 +640,8 @@ class EngineLink:
         try:
             async for raw in ws:
                 now = self.clock.now()
+                if self._recorder is not None:
+                    self._recorder.record("agent", raw)
                 if isinstance(raw, str):
                     self._apply(self.core.receive_text(raw, now))
                 else:
@@ -648,9 +662,12 @@ class EngineLink:
             await self._writable.wait()
             self._writable.clear()
             while self.core.link == link and (data := self.core.next_write(self.clock.now())):
+                text = data.decode()
+                if self._recorder is not None:
+                    self._recorder.record("server", text)
                 try:
                     async with asyncio.timeout(self._real(self.settings.write_timeout)):
-                        await ws.send(data.decode())
+                        await ws.send(text)
                 except TimeoutError:
                     log.warning("agent %s: a write timed out", self.target.url.redacted)
                     self._apply(self.core.connection_lost(self.clock.now(), "a write timed out"))
@@ -721,7 +738,9 @@ class EngineLink:
         elif isinstance(out, HandshakeFailed):
             log.warning("agent %s: handshake failed: %s", where, out.reason)
         elif isinstance(out, LinkDown):
-            if out.reconnect_in is None:
+            if self._ended:
+                log.info("agent %s: link closed at the call's end", where)
+            elif out.reconnect_in is None:
                 log.warning(
                     "agent %s: link down (%s); the call goes on without it", where, out.reason
                 )

@@ -9,6 +9,7 @@ import asyncio
 import logging
 import re
 from collections import deque
+from collections.abc import Callable
 from typing import Final, Generic, TypeVar
 
 from websockets.asyncio.connection import Connection
@@ -16,7 +17,7 @@ from websockets.exceptions import ConnectionClosed
 
 from voxwire.clock import Clock
 from voxwire.ovp import MAX_MESSAGE_BYTES
-from voxwire.sansio import Action, SendBinary, SendText
+from voxwire.sansio import Action, Close, SendText
 
 __all__ = [
     "MAX_FRAME_SIZE",
@@ -80,11 +81,19 @@ class LinkWriter:
     :meth:`post` never waits: the core's actions go into a bounded queue, so what a core
     returned first is written first, whatever task posts next. A write that takes longer than
     ``write_timeout`` (clock seconds), or a queue that overflows, aborts the connection: its
-    reader then sees it drop.
+    reader then sees it drop. ``record`` is called with each message as it is written.
     """
 
-    def __init__(self, ws: Connection, clock: Clock, *, write_timeout: float) -> None:
+    def __init__(
+        self,
+        ws: Connection,
+        clock: Clock,
+        *,
+        write_timeout: float,
+        record: Callable[[str | bytes], None] | None = None,
+    ) -> None:
         self.ws = ws
+        self._record = record
         self._timeout = clock.real_seconds(write_timeout)
         self._pending: deque[Action] = deque()
         self._ready = asyncio.Event()
@@ -121,13 +130,13 @@ class LinkWriter:
                 async with asyncio.timeout(self._timeout):
                     while pending:
                         action = pending.popleft()
-                        if isinstance(action, SendBinary):
-                            await ws.send(action.data)
-                        elif isinstance(action, SendText):
-                            await ws.send(action.data.decode())
-                        else:
+                        if isinstance(action, Close):
                             await ws.close(action.code, action.reason)
                             return
+                        data = action.data.decode() if isinstance(action, SendText) else action.data
+                        if self._record is not None:
+                            self._record(data)
+                        await ws.send(data)
         except TimeoutError:
             self.abort()
         except ConnectionClosed:

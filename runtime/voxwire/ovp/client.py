@@ -33,6 +33,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 from typing import Any, Final, TypeVar
 from urllib.parse import quote
 
@@ -48,6 +49,7 @@ from websockets.exceptions import (
 )
 from websockets.typing import Subprotocol
 
+from voxwire.capture import Record, open_recorder
 from voxwire.clock import SYSTEM_CLOCK, Clock
 from voxwire.hosts import check_url
 from voxwire.ovp import (
@@ -187,6 +189,9 @@ class OVPClient:
         max_events: Server events held for the application before new ones are lost (counted).
         max_audio: Server frames held for :meth:`audio` before new ones are lost (counted).
         audio_buffer: Frames :meth:`stream_audio` queues ahead of the paced sender.
+        record: Record every message of the session, sent and received, across its
+            connections, into this capture (a path, ``{session_id}`` in it replaced by the
+            session's id; or a ``voxwire.capture.Recorder``); see ``voxwire validate``.
 
     Attributes:
         rejected: Bad server events and frames dropped (each logged at WARNING).
@@ -209,6 +214,7 @@ class OVPClient:
         max_events: int = 4096,
         max_audio: int = 500,
         audio_buffer: int = 50,
+        record: Record = None,
     ) -> None:
         self._checked = check_url(base_url, allow_insecure=allow_insecure)
         if "?" in base_url or "#" in base_url:
@@ -229,6 +235,9 @@ class OVPClient:
         self._pcm: asyncio.Queue[tuple[bytes, int]] = asyncio.Queue(audio_buffer)
         self._handlers: dict[str, list[EventHandler]] = {}
         self._writer: LinkWriter | None = None
+        self._recorder, self._capture = open_recorder(
+            record, protocol="ovp", recorded_by="client", session_id=session_id
+        )
         self._runner: asyncio.Task[None] | None = None
         self._pacer: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()
@@ -315,6 +324,8 @@ class OVPClient:
             self._runner.cancel()
             await asyncio.gather(self._runner, return_exceptions=True)
         await self._stop_pacer()
+        if self._capture is not None:
+            self._capture.close()
 
     async def __aenter__(self) -> OVPClient:
         await self.connect()
@@ -493,7 +504,8 @@ class OVPClient:
         raise failure  # outside the except clauses: no context holding the URL is chained
 
     def _attach(self, ws: ClientConnection) -> None:
-        self._writer = LinkWriter(ws, self._clock, write_timeout=self._write_timeout)
+        record = None if self._recorder is None else partial(self._recorder.record, "client")
+        self._writer = LinkWriter(ws, self._clock, write_timeout=self._write_timeout, record=record)
         self._perform(self._core.connected(self._clock.now()))
         self._notify()
 
@@ -526,6 +538,8 @@ class OVPClient:
         core, clock = self._core, self._clock
         try:
             async for data in ws:
+                if self._recorder is not None:
+                    self._recorder.record("server", data)
                 if isinstance(data, str):
                     self._perform(core.receive_text(data, clock.now()))
                 else:

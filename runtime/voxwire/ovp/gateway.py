@@ -30,6 +30,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from http import HTTPStatus
 from typing import Any, Final, TypeVar
 from urllib.parse import parse_qs, urlsplit
@@ -39,6 +40,7 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
+from voxwire.capture import Record, open_recorder
 from voxwire.clock import SYSTEM_CLOCK, Clock
 from voxwire.ovp import (
     ENDPOINT_PATH,
@@ -237,6 +239,9 @@ class GatewaySession:
         self._wake = asyncio.Event()
         self._sleeping_until = math.inf  # the deadline the timer task sleeps until
         self._tasks: list[asyncio.Task[None]] = []
+        self._recorder, self._capture = open_recorder(
+            gateway.record, protocol="ovp", recorded_by="server", session_id=self.session_id
+        )
         self.ignored = 0
 
     def __repr__(self) -> str:
@@ -409,16 +414,26 @@ class GatewaySession:
         self._gateway._forget(self)
         for writer in list(self._links.values()):
             writer.abort()
+        if not self._links:  # else a reader may still record; the file is flushed anyway
+            self._close_capture()
+
+    def _close_capture(self) -> None:
+        if self._capture is not None:
+            self._capture.close()
+            self._capture = None
 
     async def _serve(self, ws: ServerConnection) -> None:
         """Carry the session over one connection until it closes."""
-        core, clock = self._core, self._clock
-        writer = LinkWriter(ws, clock, write_timeout=self._gateway.write_timeout)
+        core, clock, recorder = self._core, self._clock, self._recorder
+        record = None if recorder is None else partial(recorder.record, "server")
+        writer = LinkWriter(ws, clock, write_timeout=self._gateway.write_timeout, record=record)
         link, out = core.open_link(clock.now())
         self._links[link] = writer
         self._perform(out)
         try:
             async for data in ws:
+                if recorder is not None:
+                    recorder.record("client", data)
                 if isinstance(data, str):
                     self._perform(core.receive_text(link, data, clock.now()))
                 else:
@@ -435,6 +450,7 @@ class GatewaySession:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._close_capture()
 
 
 class Gateway:
@@ -452,6 +468,9 @@ class Gateway:
         keepalive: Seconds between pings; a pong missing as long again drops the connection.
         max_events: Client events and frames a session holds for its application.
         ssl: An ``ssl.SSLContext`` to serve ``wss://``.
+        record: Record every message of each session, sent and received, across its
+            connections, into this capture (a path, ``{session_id}`` in it replaced by the
+            session's id; or a ``voxwire.capture.Recorder``); see ``voxwire validate``.
     """
 
     def __init__(
@@ -467,6 +486,7 @@ class Gateway:
         keepalive: float = 10.0,
         max_events: int = 4096,
         ssl: Any = None,
+        record: Record = None,
     ) -> None:
         self.handler = handler
         self._secret = _key(secret)
@@ -477,6 +497,7 @@ class Gateway:
         self.write_timeout = write_timeout
         self.keepalive = keepalive
         self.max_events = max_events
+        self.record = record
         self._ssl = ssl
         self._server: Server | None = None
         self._sessions: dict[str, GatewaySession] = {}

@@ -1,0 +1,140 @@
+"""The Brisvox half of ``voxwire demo``: the engine side plays one call to the sample agent.
+
+:class:`~voxwire.brisvox.engine.EngineLink` connects to :class:`~voxwire.demo.luigi.Luigi` on
+loopback and plays what a voice engine would: the caller's turn, two tool calls of the LLM, the
+bot's answer, a barge-in, and the end the agent asks for. Every message passes through the
+link's ``record`` option into the :class:`~voxwire.demo.timeline.Timeline`.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Any, TypeVar
+
+from voxwire import brisvox
+from voxwire.brisvox.core import CommandReceived, Event, ToolOutcome
+from voxwire.brisvox.engine import AgentTarget, EngineLink
+from voxwire.capture import Record
+from voxwire.demo import DemoFailed
+from voxwire.demo.luigi import Luigi
+from voxwire.demo.timeline import RoundTrip, Timeline
+from voxwire.hosts import check_url
+
+__all__ = ["HANDSHAKE", "ROUND_TRIPS", "play"]
+
+C = TypeVar("C", bound=brisvox.Say | brisvox.End)
+
+HANDSHAKE = "connect to session.accept"
+"""What the handshake time of the summary spans."""
+
+ROUND_TRIPS = (
+    RoundTrip("tool.call", "tool.result", "id", "id"),
+    RoundTrip("turn.bot_ended", "say", "seq", "re"),
+    RoundTrip("say", "command.result", "id", "id"),
+    RoundTrip("user.text", "end", "seq", "re"),
+    RoundTrip("end", "command.result", "id", "id"),
+)
+"""What the summary measures: tool calls, the agent's reactions to events, command results."""
+
+
+async def play(timeline: Timeline, *, record_agent: Record = None) -> float:
+    """Play the call; return how long the handshake took (connect to session.accept), in s.
+
+    ``record_agent`` records the call on the agent's side too (``AgentServer(record=...)``).
+    """
+    luigi = Luigi()
+    token = secrets.token_urlsafe(16)
+    async with luigi.server(token=token, record=record_agent) as server:
+        target = AgentTarget(check_url(server.url), token)
+        link = EngineLink(target, session_id="call-0042", agent="luigi", record=timeline)
+        try:
+            return await _call(link, timeline)
+        finally:
+            await link.close()
+
+
+async def _call(link: EngineLink, timeline: Timeline) -> float:
+    timeline.step("handshake and greeting")
+    began = time.perf_counter()
+    if not await link.start():
+        raise DemoFailed(f"the agent did not take the call: {await link.next_notice()}")
+    handshake = time.perf_counter() - began
+
+    timeline.step("a user turn")
+    await _send(
+        link,
+        timeline,
+        brisvox.TurnUserStarted(seq=0, t_ms=0, epoch=1),
+        brisvox.UserTranscript(seq=0, t_ms=0, text="Are you open on Sunday?", final=True),
+        brisvox.TurnUserEnded(seq=0, t_ms=0, epoch=1),
+        brisvox.UserText(seq=0, t_ms=0, epoch=1, text="Are you open on Sunday? Two at 7 pm."),
+    )
+    timeline.step("read_only tool call")
+    await _tool(link, "check_hours", {"day": "sunday"}, "llm-call-1")
+    timeline.step("side_effect tool call")
+    await _tool(link, "book_table", {"day": "sunday", "time": "19:00", "party": 2}, "llm-call-2")
+
+    timeline.step("the bot answers, the agent adds a say")
+    answer = "We're open until ten. You're booked for two on Sunday at 7 pm."
+    await _send(
+        link,
+        timeline,
+        brisvox.BotLlmStarted(seq=0, t_ms=0, epoch=1),
+        brisvox.BotText(seq=0, t_ms=0, epoch=1, text=answer),
+        brisvox.BotLlmStopped(seq=0, t_ms=0, epoch=1),
+        brisvox.TurnBotStarted(seq=0, t_ms=0, epoch=1),
+        brisvox.TurnBotEnded(seq=0, t_ms=0, epoch=1),
+    )
+    say = await _command(link, timeline, brisvox.Say)
+
+    timeline.step("barge-in: the caller talks over the say")
+    await _send(
+        link,
+        timeline,
+        brisvox.BotLlmStarted(seq=0, t_ms=0, epoch=2),  # the say is the bot turn of epoch 2
+        brisvox.BotText(seq=0, t_ms=0, epoch=2, text=say.text),
+        brisvox.TurnBotStarted(seq=0, t_ms=0, epoch=2),
+        brisvox.TurnInterrupted(seq=0, t_ms=0, epoch=3),
+        brisvox.TurnUserStarted(seq=0, t_ms=0, epoch=3),
+    )
+
+    timeline.step("end")
+    await _send(
+        link,
+        timeline,
+        brisvox.UserTranscript(seq=0, t_ms=0, text="Got it, that's all.", final=True),
+        brisvox.TurnUserEnded(seq=0, t_ms=0, epoch=3),
+        brisvox.UserText(seq=0, t_ms=0, epoch=3, text="Got it, that's all, thanks."),
+    )
+    await _command(link, timeline, brisvox.End)
+    usage = brisvox.SessionUsage(seq=0, t_ms=0, duration_ms=48200, turns=3, interrupted_turns=1)
+    await link.end("ended_by_agent", usage)
+    return handshake
+
+
+async def _send(link: EngineLink, timeline: Timeline, *events: Event) -> None:
+    """Queue ``events`` and wait until the last one is written (a tool call would overtake
+    them: control messages are written before queued events)."""
+    for event in events:
+        link.send_event(event)
+    await timeline.recorded(events[-1].type)
+
+
+async def _tool(link: EngineLink, name: str, arguments: dict[str, Any], call_id: str) -> None:
+    finished = await link.call_tool(name, arguments, call_id=call_id, epoch=1)
+    if finished.outcome is not ToolOutcome.RESULT:
+        raise DemoFailed(f"{name}: {finished.outcome}: {finished.error}")
+
+
+async def _command(link: EngineLink, timeline: Timeline, kind: type[C]) -> C:
+    """The agent's next command, which must be a ``kind``; answered ok like an engine does."""
+    while not isinstance(notice := await link.next_notice(), CommandReceived):
+        if notice is None:
+            raise DemoFailed(f"the link went down before the agent's {kind.type}")
+    command = notice.command
+    if not isinstance(command, kind):
+        raise DemoFailed(f"expected a {kind.type}, the agent sent a {command.type}")
+    link.answer(notice)
+    await timeline.recorded("command.result")
+    return command
