@@ -87,8 +87,9 @@ class JsonCodec:
         max_message_bytes: The largest encoded message, in UTF-8 bytes.
         senders: Each sender's id and what it may send.
         checks: The generated check of each message class that has one.
-        json_valued: The message classes that carry free-form JSON (``object``/``any``), which
-            encoding walks for what JSON cannot carry (NaN, non-string keys) before it writes.
+        json_valued: The message classes that carry free-form JSON (``object``/``any``): when
+            what encoding wrote reads back different, it names the value JSON cannot carry
+            (NaN, a non-string key, a set).
         field_codes: Error codes that replace the default for one field of one message,
             keyed by (wire type, JSON path with indices written ``[]``).
     """
@@ -215,13 +216,22 @@ class JsonCodec:
             raise TypeError(
                 f"{self._protocol}.encode: not a {self._protocol} message: {cls.__name__}"
             ) from None
-        if cls in self._json_valued:
-            self._check_json(message, message.type)
-        data = self._write(message, message.type)
+        json_valued = cls in self._json_valued
+        try:
+            data = self._write(message, message.type)
+        except ProtocolError:
+            if json_valued:  # a value JSON cannot carry, named with its path
+                self._check_json(message, message.type)
+            raise
         try:
             copy = read_back(data)
         except msgspec.ValidationError as exc:
             self._recover(exc, data, "")  # raises: the message breaks a rule of its type
+        if json_valued and copy != message:
+            # msgspec writes NaN as null, int keys as strings, sets as arrays: what was read
+            # back differs. The walk (slow, only now) names the value, or finds it harmless
+            # (a tuple, a Struct or a datetime inside a free-form value).
+            self._check_json(message, message.type)
         check = self._checks.get(cls)
         if check is not None:
             check(copy)

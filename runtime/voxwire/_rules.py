@@ -123,5 +123,5 @@ def json_value_problem(value: object, path: str) -> tuple[str, str] | None:
                 if child is not msgspec.UNSET:
                     stack.append((child, f"{where}.{wire}"))
         else:
-            return where, f"a {type(item).__name__} is not a JSON value"
+            return where, f"a value of type {type(item).__name__} is not JSON"
     return None
