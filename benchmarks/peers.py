@@ -102,7 +102,9 @@ def _pydantic_module(protocol: str) -> ModuleType:
     schema = ROOT / "generated" / "voxwire" / protocol / "schema.json"
     if not out.exists() or out.stat().st_mtime < schema.stat().st_mtime:
         out.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
+        # Its warnings (dropped constraints, formatter defaults) would bury the tables: kept
+        # unless it fails.
+        run = subprocess.run(
             [
                 sys.executable,
                 "-m",
@@ -121,8 +123,11 @@ def _pydantic_module(protocol: str) -> ModuleType:
                 "--field-constraints",
                 "--disable-timestamp",
             ],
-            check=True,
+            capture_output=True,
+            text=True,
         )
+        if run.returncode != 0:
+            raise RuntimeError(f"datamodel-codegen failed on {schema}:\n{run.stderr}")
     return _load_by_path(f"bench_{protocol}_pydantic", out)
 
 
