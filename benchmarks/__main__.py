@@ -16,6 +16,11 @@ from typing import Any
 
 import msgspec
 
+from benchmarks.brisvox_transport import (
+    Throughput,
+    brisvox_transport_table,
+    run_brisvox_transport_benchmark,
+)
 from benchmarks.codec import TARGETS, Group, run_codec_benchmarks
 from benchmarks.transport import Level, run_transport_benchmarks, sustained
 
@@ -89,7 +94,9 @@ def main(argv: list[str] | None = None) -> int:
         "--json", type=Path, help="also write the results as JSON (for docs/performance.md)"
     )
     parser.add_argument(
-        "--no-transport", action="store_true", help="skip the concurrent-calls transport run"
+        "--no-transport",
+        action="store_true",
+        help="skip the transport runs (calls, Brisvox events)",
     )
     args = parser.parse_args(argv)
     rounds, size = (3, 300) if args.quick else (args.rounds, args.size)
@@ -117,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         verdict = "met   " if ok else "MISSED"
         print(f"- {verdict} {target.group}: {target.description} (measured {ratio:.2f}x)")
     transport: dict[str, list[Level]] = {}
+    brisvox_transport: list[Throughput] = []
     if not args.no_transport:
         levels, seconds = ([10, 25], 1.0) if args.quick else ([25, 50, 100, 150, 200, 300], 3.0)
         transport = run_transport_benchmarks(levels, seconds)
@@ -137,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"- {verdict} OVP transport: {gateway} calls vs {echo} for the bare echo ({share:.0%})"
         )
+        events, event_rounds = (5_000, 3) if args.quick else (20_000, 7)
+        brisvox_transport = run_brisvox_transport_benchmark(events, event_rounds)
+        print("\n" + brisvox_transport_table(brisvox_transport))
     if args.json:
         report = {
             "machine": machine,
@@ -170,6 +181,19 @@ def main(argv: list[str] | None = None) -> int:
                 ]
                 for server, ramp in transport.items()
             },
+            "brisvox_transport": [
+                {
+                    "name": r.name,
+                    "events": r.events,
+                    "received": r.received,
+                    "seconds": round(r.seconds, 4),
+                    "per_second": round(r.per_second),
+                    "vs_bare": round(r.per_second / brisvox_transport[-1].per_second, 3),
+                    "rounds": r.rounds,
+                    "lost": r.lost,
+                }
+                for r in brisvox_transport
+            ],
             "targets": verdicts,
         }
         args.json.write_text(json.dumps(report, indent=2) + "\n")
