@@ -91,8 +91,6 @@ class PyModel:
     structs: list[PyClass]
     messages: list[PyClass]
     checks: list[PyCheck]
-    json_valued: list[str]
-    """Message classes that carry free-form JSON: encode walks it for what JSON cannot carry."""
     field_codes: list[tuple[str, str, str]]
     """(wire type, JSON path, error code) where a field's rules use their own code."""
     uses_meta: bool
@@ -215,7 +213,6 @@ class _Builder:
             **{m.class_name: (m.fields, m.rules) for m in protocol.messages},
         }
         self._checked: dict[str, bool] = {}
-        self._json: dict[str, bool] = {}
 
     # -- classes ------------------------------------------------------------------------------
 
@@ -274,7 +271,6 @@ class _Builder:
             structs=structs,
             messages=messages,
             checks=checks,
-            json_valued=[m.class_name for m in self.p.messages if self._json_valued(m.class_name)],
             field_codes=self._field_codes(),
             uses_meta=self.uses_meta,
         )
@@ -447,18 +443,6 @@ class _Builder:
         if element.kind == "struct" and element.struct is not None:
             return own or self._needs(element.struct)
         return own
-
-    def _json_valued(self, name: str) -> bool:
-        """Whether a class carries free-form JSON (object or any) at any depth (memoised)."""
-        if name not in self._json:
-            self._json[name] = False  # a type cannot contain itself (the IR checks)
-            fields, _ = self._members[name]
-            self._json[name] = any(
-                f.type.element.kind in ("object", "any")
-                or (f.type.element.struct is not None and self._json_valued(f.type.element.struct))
-                for f in fields
-            )
-        return self._json[name]
 
     def _code(self, code: str | None, default: str) -> str:
         return "ErrorCode." + self.error_codes[code or self.p.decode_errors[default]]

@@ -434,12 +434,10 @@ def _codec(model: PyModel, header: str) -> str:
         all_results=all_results,
         decode_codes=[(key, error_names[code]) for key, code in p.decode_errors.items()],
         checks=checks,
-        json_valued=model.json_valued,
         field_codes=[(mtype, path, error_names[code]) for mtype, path, code in model.field_codes],
         check_imports=sorted(check for _, check in checks),
         message_imports=sorted(
             {name for name, _ in checks}
-            | set(model.json_valued)
             | {s.union_name for s in p.senders}
             | {s.envelope_name for s in p.senders if s.envelope_name is not None}
         ),

@@ -1118,3 +1118,17 @@ def test_a_decoded_datetime_keeps_its_instant_when_written_again() -> None:
     msg = ovp.decode(_with_ts("2026-05-14T12:34:56+05:30"), sender="client")
     again = ovp.decode(ovp.encode(msg), sender="client")
     assert again.ts == datetime.fromisoformat("2026-05-14T07:04:56+00:00")
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_encode_refuses_a_non_finite_float_in_a_typed_field(value: float) -> None:
+    """Found by test_encode_refuses_a_message_that_breaks_a_rule: msgspec writes NaN as null,
+    which a nullable float field reads back as None; encode must refuse it, not send null."""
+    metrics = brisvox.decode(
+        b'{"type":"turn.metrics","seq":1,"t_ms":0,"epoch":0,"metrics":{}}', sender="server"
+    )
+    broken = msgspec.structs.replace(
+        metrics, metrics=msgspec.structs.replace(metrics.metrics, stt_final_ms=value)
+    )
+    with pytest.raises(brisvox.ProtocolError, match=r"\$\.metrics\.stt_final_ms: .* JSON number"):
+        brisvox.encode(broken)

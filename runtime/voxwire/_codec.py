@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -87,9 +87,6 @@ class JsonCodec:
         max_message_bytes: The largest encoded message, in UTF-8 bytes.
         senders: Each sender's id and what it may send.
         checks: The generated check of each message class that has one.
-        json_valued: The message classes that carry free-form JSON (``object``/``any``): when
-            what encoding wrote reads back different, it names the value JSON cannot carry
-            (NaN, a non-string key, a set).
         field_codes: Error codes that replace the default for one field of one message,
             keyed by (wire type, JSON path with indices written ``[]``).
     """
@@ -102,7 +99,6 @@ class JsonCodec:
         "_envelopes",
         "_error",
         "_field_codes",
-        "_json_valued",
         "_max",
         "_protocol",
         "_quarter",
@@ -121,7 +117,6 @@ class JsonCodec:
         max_message_bytes: int,
         senders: Mapping[str, SenderSpec],
         checks: Mapping[type, Check],
-        json_valued: Sequence[type],
         field_codes: Mapping[tuple[str, str], str],
     ) -> None:
         self._protocol = protocol
@@ -139,7 +134,6 @@ class JsonCodec:
         }
         self._all_types = frozenset().union(*self._types_by_sender.values())
         self._checks = dict(checks)
-        self._json_valued = frozenset(json_valued)
         # Encoding reads back what it wrote, with a typed decoder of the message's class.
         self._readers = {
             cls: msgspec.json.Decoder(cls).decode
@@ -216,18 +210,16 @@ class JsonCodec:
             raise TypeError(
                 f"{self._protocol}.encode: not a {self._protocol} message: {cls.__name__}"
             ) from None
-        json_valued = cls in self._json_valued
         try:
             data = self._write(message, message.type)
         except ProtocolError:
-            if json_valued:  # a value JSON cannot carry, named with its path
-                self._check_json(message, message.type)
+            self._check_json(message, message.type)  # a value JSON cannot carry, by its path
             raise
         try:
             copy = read_back(data)
         except msgspec.ValidationError as exc:
             self._recover(exc, data, "")  # raises: the message breaks a rule of its type
-        if json_valued and copy != message:
+        if copy != message:
             # msgspec writes NaN as null, int keys as strings, sets as arrays: what was read
             # back differs. The walk (slow, only now) names the value, or finds it harmless
             # (a tuple, a Struct or a datetime inside a free-form value).

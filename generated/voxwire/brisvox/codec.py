@@ -39,7 +39,6 @@ from voxwire.brisvox.messages import (
     Say,
     ServerMessage,
     SessionAccept,
-    ToolCall,
     ToolResult,
     ToolsSet,
     Transfer,
@@ -79,11 +78,6 @@ _CODEC: Final = JsonCodec(
         ToolsSet: check_tools_set,
         CommandResult: check_command_result,
     },
-    json_valued=(
-        SessionAccept,
-        ToolCall,
-        ToolResult,
-    ),
     field_codes={},
 )
 # The public functions are the codec's own bound methods (one call less on every message);

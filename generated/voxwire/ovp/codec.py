@@ -36,12 +36,8 @@ from voxwire.ovp.messages import (
     AgentHandoffRequested,
     AgentInput,
     AgentOutput,
-    AgentToolInvoke,
-    AgentToolResult,
-    AgentToolStreaming,
     ClientMessage,
     Envelope,
-    Error,
     FileAttach,
     ScreenShare,
     ServerMessage,
@@ -88,14 +84,6 @@ _CODEC: Final = JsonCodec(
         ScreenShare: check_screen_share,
         AgentHandoffRequested: check_agent_handoff_requested,
     },
-    json_valued=(
-        SessionStart,
-        SessionUpdate,
-        AgentToolInvoke,
-        AgentToolStreaming,
-        AgentToolResult,
-        Error,
-    ),
     field_codes={},
 )
 # The public functions are the codec's own bound methods (one call less on every message);
