@@ -14,6 +14,7 @@ proxy.reset()                       # every open connection gets an RST
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import struct
 from dataclasses import dataclass, field
@@ -35,7 +36,9 @@ class _Pair:
         for writer in (self.client, self.server):
             sock = writer.get_extra_info("socket")
             if sock is not None:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
+                # A socket a fault already closed has no descriptor left to set.
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
             writer.transport.abort()
 
 
