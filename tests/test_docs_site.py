@@ -384,7 +384,7 @@ class Page:
         return found
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def page(chromium: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Page]:
     profile = tmp_path_factory.mktemp("chromium-profile")
     process = subprocess.Popen(
@@ -403,10 +403,14 @@ def page(chromium: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pa
             time.sleep(0.05)
         port = int(port_file.read_text().splitlines()[0])
         ws_url = _page_target(port)
-        # Never through a proxy of the environment (websockets >= 15 reads one by default).
-        no_proxy = {"proxy": None} if "proxy" in inspect.signature(connect).parameters else {}
+        # Never through a proxy of the environment (websockets >= 15 reads one by default), and
+        # no keepalive: its pings come from a background thread through the global `random`,
+        # which Hypothesis, drawing in later tests, reports as misuse.
+        accepted = inspect.signature(connect).parameters
+        options: dict[str, Any] = {"proxy": None, "ping_interval": None}
+        options = {name: value for name, value in options.items() if name in accepted}
         with connect(
-            ws_url, compression=None, max_size=64 * 2**20, open_timeout=10, **no_proxy
+            ws_url, compression=None, max_size=64 * 2**20, open_timeout=10, **options
         ) as ws:
             p = Page(ws)
             for domain in ("Page", "Runtime", "Log"):
