@@ -69,7 +69,7 @@ def sdk_protocol() -> ModuleType:
 def orjson_loads() -> Callable[[str], Any]:
     import orjson
 
-    return orjson.loads  # type: ignore[no-any-return]
+    return orjson.loads
 
 
 def bare_union(union: Any) -> Callable[[str], Any]:
@@ -139,5 +139,6 @@ def pydantic_decoder(protocol: str, class_names: list[str]) -> Callable[[str], A
 
     module = _pydantic_module(protocol)
     members = tuple(getattr(module, name) for name in class_names)
-    union = Annotated[Union[members], pydantic.Field(discriminator="type")]  # noqa: UP007
+    # A union of classes known only at run time: no static type to give it.
+    union = Annotated[Union[members], pydantic.Field(discriminator="type")]  # type: ignore[valid-type]  # noqa: UP007
     return pydantic.TypeAdapter(union).validate_json

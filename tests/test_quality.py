@@ -22,14 +22,17 @@ def _run(*command: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
 
 
 def test_ruff_lint_and_format() -> None:
-    lint = _run("ruff", "check", "codegen", "runtime", "generated", "tests")
+    lint = _run("ruff", "check", "codegen", "runtime", "generated", "tests", "benchmarks")
     assert lint.returncode == 0, lint.stdout
-    form = _run("ruff", "format", "--check", "codegen", "runtime", "generated", "tests")
+    form = _run(
+        "ruff", "format", "--check", "codegen", "runtime", "generated", "tests", "benchmarks"
+    )
     assert form.returncode == 0, form.stdout
 
 
 def test_mypy_strict_on_the_package_as_the_wheel_lays_it_out(tmp_path: Path) -> None:
-    # One import package from two folders: check it merged, as users import it.
+    # One import package from two folders: check it merged, as users import it. The
+    # benchmarks use it as users do, so they are checked against the same tree.
     merged = tmp_path / "voxwire"
     shutil.copytree(
         ROOT / "runtime" / "voxwire", merged, ignore=shutil.ignore_patterns("__pycache__")
@@ -40,7 +43,12 @@ def test_mypy_strict_on_the_package_as_the_wheel_lays_it_out(tmp_path: Path) -> 
         dirs_exist_ok=True,
         ignore=shutil.ignore_patterns("__pycache__"),
     )
-    done = _run("mypy", "--strict", "--no-incremental", "-p", "voxwire", cwd=tmp_path)
+    shutil.copytree(
+        ROOT / "benchmarks", tmp_path / "benchmarks", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    done = _run(
+        "mypy", "--strict", "--no-incremental", "-p", "voxwire", "-p", "benchmarks", cwd=tmp_path
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Success" in done.stdout
 
