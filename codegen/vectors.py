@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from codegen.ir import Bound, Field, Frame, Message, Protocol, Rule, Sender, TypeRef
+from voxwire._rules import json_equal
 
 __all__ = [
     "FORMAT",
@@ -29,7 +30,6 @@ __all__ = [
     "Validator",
     "build_cases",
     "canonical",
-    "json_equal",
     "render_vectors",
 ]
 
@@ -57,25 +57,6 @@ Fault = tuple[str, str, str]
 """(JSON path, check, error code) of one broken rule."""
 Mutation = Callable[[dict[str, Any]], bool]
 """Changes a container object in place; ``False`` when it does not apply to this one."""
-
-
-def json_equal(a: Any, b: Any) -> bool:
-    """JSON equality: numbers by value (1 == 1.0), a boolean never equal to a number."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return isinstance(a, bool) and isinstance(b, bool) and a == b
-    if isinstance(a, int | float) and isinstance(b, int | float):
-        return a == b
-    if isinstance(a, list):
-        return (
-            isinstance(b, list)
-            and len(a) == len(b)
-            and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
-        )
-    if isinstance(a, dict):
-        return (
-            isinstance(b, dict) and a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
-        )
-    return type(a) is type(b) and bool(a == b)
 
 
 def _text(obj: Any) -> str:

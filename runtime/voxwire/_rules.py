@@ -2,14 +2,17 @@
 
 Each returns ``None`` when the value obeys the rule, or one sentence saying how it breaks it. The
 generated code decides the path and the error code; these functions only judge values.
+``json_equal`` is the one JSON equality that the vector builder (codegen) and the conformance
+runner share.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
@@ -22,6 +25,7 @@ __all__ = [
     "at_least_one_of",
     "at_most_one_of",
     "exactly_one_of",
+    "json_equal",
     "json_value_problem",
     "max_bytes",
     "min_bytes",
@@ -125,3 +129,43 @@ def json_value_problem(value: object, path: str) -> tuple[str, str] | None:
         else:
             return where, f"a value of type {type(item).__name__} is not JSON"
     return None
+
+
+def json_equal(a: Any, b: Any) -> bool:
+    """JSON equality: numbers by value (1 == 1.0), a boolean never equal to a number, and two
+    RFC 3339 date-times with a zone by the instant they name (...56Z == ...56.000Z)."""
+    if isinstance(a, str) and isinstance(b, str) and a != b:
+        return _same_instant(a, b)
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return a == b
+    if isinstance(a, list):
+        return (
+            isinstance(b, list)
+            and len(a) == len(b)
+            and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
+        )
+    if isinstance(a, dict):
+        return (
+            isinstance(b, dict) and a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
+        )
+    return type(a) is type(b) and bool(a == b)
+
+
+_DATE_TIME: Final = re.compile(r"^\d{4}-\d\d-\d\d[Tt ]\d\d:\d\d:\d\d(\.\d+)?([Zz]|[+-]\d\d:\d\d)$")
+
+
+def _same_instant(a: str, b: str) -> bool:
+    if not (_DATE_TIME.match(a) and _DATE_TIME.match(b)):
+        return False
+    try:
+        return datetime.fromisoformat(_micro(a)) == datetime.fromisoformat(_micro(b))
+    except ValueError:
+        return False
+
+
+def _micro(text: str) -> str:
+    """The date-time with at most 6 fraction digits (what datetime reads), upper-case Z."""
+    text = text.upper().replace(" ", "T")
+    return re.sub(r"\.(\d{6})\d+", r".\1", text)

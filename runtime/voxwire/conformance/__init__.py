@@ -20,7 +20,6 @@ import collections
 import importlib
 import json
 import queue
-import re
 import shlex
 import subprocess
 import sys
@@ -28,11 +27,12 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from importlib import resources
 from pathlib import Path
 from types import ModuleType
 from typing import IO, Any, Final
+
+from voxwire._rules import json_equal
 
 __all__ = [
     "DEFAULT_EXPECTED_FAILURES",
@@ -88,46 +88,6 @@ class Case:
     def expect(self) -> dict[str, Any]:
         expect: dict[str, Any] = self.data["expect"]
         return expect
-
-
-def json_equal(a: Any, b: Any) -> bool:
-    """JSON equality: numbers by value (1 == 1.0), a boolean never equal to a number, and two
-    RFC 3339 date-times with a zone by the instant they name (...56Z == ...56.000Z)."""
-    if isinstance(a, str) and isinstance(b, str) and a != b:
-        return _same_instant(a, b)
-    if isinstance(a, bool) or isinstance(b, bool):
-        return isinstance(a, bool) and isinstance(b, bool) and a == b
-    if isinstance(a, int | float) and isinstance(b, int | float):
-        return a == b
-    if isinstance(a, list):
-        return (
-            isinstance(b, list)
-            and len(a) == len(b)
-            and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
-        )
-    if isinstance(a, dict):
-        return (
-            isinstance(b, dict) and a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
-        )
-    return type(a) is type(b) and bool(a == b)
-
-
-_DATE_TIME = re.compile(r"^\d{4}-\d\d-\d\d[Tt ]\d\d:\d\d:\d\d(\.\d+)?([Zz]|[+-]\d\d:\d\d)$")
-
-
-def _same_instant(a: str, b: str) -> bool:
-    if not (_DATE_TIME.match(a) and _DATE_TIME.match(b)):
-        return False
-    try:
-        return datetime.fromisoformat(_micro(a)) == datetime.fromisoformat(_micro(b))
-    except ValueError:
-        return False
-
-
-def _micro(text: str) -> str:
-    """The date-time with at most 6 fraction digits (what datetime reads), upper-case Z."""
-    text = text.upper().replace(" ", "T")
-    return re.sub(r"\.(\d{6})\d+", r".\1", text)
 
 
 # -- reading vectors ---------------------------------------------------------------------------
