@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_ovp_support import AGENT, CALL, MOMENT, PCM, SESSION, TS
+from tests.test_ovp_support import AGENT, CALL, MOMENT, NO_STATS, PCM, SESSION, TS
 from voxwire import ovp
 from voxwire.ovp.core import (
     AUDIO_FORMAT,
@@ -273,21 +273,7 @@ def test_client_session_end_closes_with_1000() -> None:
         session_id=SESSION,
         reason="error",
         error_code="OVP_LLM_UPSTREAM_FAILED",
-        stats=ovp.FinalStats(
-            duration_ms=1,
-            turns=0,
-            tool_calls=0,
-            barge_ins=0,
-            client_frames=0,
-            server_frames=0,
-            total_cost_usd_micros=0,
-            cost_breakdown=ovp.CostBreakdown(
-                llm_usd_micros=0,
-                stt_usd_micros=0,
-                tts_usd_micros=0,
-                voice_termination_usd_micros=0,
-            ),
-        ),
+        stats=NO_STATS,
     )
     out = core.receive_text(ovp.encode(end), 1)
     assert of(Close, out) == [Close(1000)]

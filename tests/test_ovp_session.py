@@ -16,6 +16,7 @@ from tests.test_ovp_support import (
     AGENT,
     CALL,
     MOMENT,
+    NO_STATS,
     PCM,
     SESSION,
     collecting,
@@ -417,18 +418,7 @@ def test_the_client_drops_bad_server_messages_and_goes_on() -> None:
         ts=MOMENT,
         session_id=SESSION,
         reason="caller_hangup",
-        stats=ovp.FinalStats(
-            duration_ms=1,
-            turns=0,
-            tool_calls=0,
-            barge_ins=0,
-            client_frames=0,
-            server_frames=0,
-            total_cost_usd_micros=0,
-            cost_breakdown=ovp.CostBreakdown(
-                llm_usd_micros=0, stt_usd_micros=0, tts_usd_micros=0, voice_termination_usd_micros=0
-            ),
-        ),
+        stats=NO_STATS,
     )
     messages: list[str | bytes] = [
         start_json(),

@@ -41,6 +41,19 @@ TS = "2026-05-14T12:34:56.000Z"
 MOMENT = datetime.fromisoformat(TS)
 """TS as the envelope's field holds it: a timezone-aware datetime."""
 PCM = bytes(range(256)) * 2 + bytes(128)  # 640 bytes, not all zero
+NO_STATS = ovp.FinalStats(
+    duration_ms=1,
+    turns=0,
+    tool_calls=0,
+    barge_ins=0,
+    client_frames=0,
+    server_frames=0,
+    total_cost_usd_micros=0,
+    cost_breakdown=ovp.CostBreakdown(
+        llm_usd_micros=0, stt_usd_micros=0, tts_usd_micros=0, voice_termination_usd_micros=0
+    ),
+)
+"""The final stats of a session that did nothing, for a session.end built in a test."""
 
 
 def run(coro: Coroutine[Any, Any, T], timeout: float = 10.0) -> T:
