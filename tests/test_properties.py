@@ -937,8 +937,8 @@ def test_equal_messages_encode_alike(
         pytest.param(lambda: brisvox.Transfer(destination=b"+123456789"), id="pattern-bytes"),
     ],
 )
-def test_bug_encode_crashes_on_a_wrong_typed_field(build: Any) -> None:
-    """BUG 1. The generated checks apply their rules to values they assume typed (not_blank calls
+def test_encode_refuses_a_wrong_typed_field_with_protocol_error(build: Any) -> None:
+    """Was bug 1: The generated checks apply their rules to values they assume typed (not_blank calls
     .isspace(), min_value compares with >=, unique iterates): a message built in code with a value
     of the wrong type raises AttributeError or TypeError from inside voxwire."""
     with pytest.raises(brisvox.ProtocolError):
@@ -955,8 +955,8 @@ def test_bug_encode_crashes_on_a_wrong_typed_field(build: Any) -> None:
         pytest.param(lambda: brisvox.SessionReject(code=5), id="open-enum-as-int"),
     ],
 )
-def test_bug_encode_writes_what_decode_refuses(build: Any) -> None:
-    """BUG 1. Where no rule applies to the wrong-typed value, encode writes it: the JSON it
+def test_encode_never_writes_what_decode_refuses(build: Any) -> None:
+    """Was bug 1: Where no rule applies to the wrong-typed value, encode writes it: the JSON it
     returns is refused by decode (bad_message), although encode "checks every rule"."""
     msg = build()
     try:
@@ -999,15 +999,15 @@ def _wrong_typed_failures() -> list[str]:
     return failures
 
 
-def test_bug_encode_of_wrong_typed_fields_across_the_spec() -> None:
-    """BUG 1 over the whole spec: only ProtocolError may escape encode, and what it writes must
+def test_encode_of_wrong_typed_fields_across_the_spec() -> None:
+    """Was bug 1, over the whole spec: only ProtocolError may escape encode, and what it writes must
     decode."""
     failures = _wrong_typed_failures()
     assert not failures, f"{len(failures)} failures, e.g. " + "; ".join(failures[:10])
 
 
-def test_bug_encode_of_deep_nesting_raises_recursion_error() -> None:
-    """BUG 2. encode of a value nested 5000 levels raises RecursionError from msgspec's encoder
+def test_encode_of_deep_nesting_raises_only_protocol_error() -> None:
+    """Was bug 2: encode of a value nested 5000 levels raises RecursionError from msgspec's encoder
     (json_value_problem walks it iteratively and lets it through)."""
     value: Any = []
     for _ in range(5000):
@@ -1016,8 +1016,8 @@ def test_bug_encode_of_deep_nesting_raises_recursion_error() -> None:
         brisvox.encode(brisvox.ToolResult(id=1, result=value))
 
 
-def test_bug_encode_frame_measures_pcm_in_items() -> None:
-    """BUG 3. encode_frame checks len(frame.pcm), which counts items: a memoryview of 640 int16
+def test_encode_frame_measures_pcm_in_bytes() -> None:
+    """Was bug 3: encode_frame checks len(frame.pcm), which counts items: a memoryview of 640 int16
     samples (1280 bytes) passes the check and a 1292-byte frame is written."""
     pcm = memoryview(array.array("h", [0] * 640))
     try:
@@ -1030,15 +1030,15 @@ def test_bug_encode_frame_measures_pcm_in_items() -> None:
 _VALID_FRAME = struct.pack("<BBHII", 1, 0, 0, 7, 320) + bytes(640)
 
 
-def test_bug_decode_frame_refuses_a_valid_frame_seen_as_uint16() -> None:
-    """BUG 3. decode_frame checks len(buf): a memoryview of a valid 652-byte frame with format H
+def test_decode_frame_accepts_a_valid_frame_seen_as_uint16() -> None:
+    """Was bug 3: decode_frame checks len(buf): a memoryview of a valid 652-byte frame with format H
     has 326 items and is refused as '326 bytes'."""
     frame = ovp.decode_frame(memoryview(_VALID_FRAME).cast("H"))
     assert ovp.encode_frame(frame) == _VALID_FRAME
 
 
-def test_bug_decode_frame_accepts_1304_bytes_seen_as_uint16() -> None:
-    """BUG 3. 1304 bytes seen as 652 uint16 items pass the size check: a frame whose pcm is 1280
+def test_decode_frame_refuses_1304_bytes_seen_as_uint16() -> None:
+    """Was bug 3: 1304 bytes seen as 652 uint16 items pass the size check: a frame whose pcm is 1280
     bytes is returned."""
     with pytest.raises(ovp.ProtocolError):
         ovp.decode_frame(memoryview(_VALID_FRAME + bytes(652)).cast("H"))
@@ -1060,10 +1060,10 @@ def test_bug_decode_frame_accepts_1304_bytes_seen_as_uint16() -> None:
         pytest.param("ovp", UnknownMessage(type="zz", data={"type": "zz"}), id="ovp-no-envelope"),
     ],
 )
-def test_bug_encode_writes_an_unknown_message_no_sender_accepts(
+def test_encode_refuses_an_unknown_message_no_sender_accepts(
     protocol_id: str, message: UnknownMessage
 ) -> None:
-    """BUG 4. encode(UnknownMessage) checks only that data is JSON and writes it back: an object
+    """Was bug 4: encode(UnknownMessage) checks only that data is JSON and writes it back: an object
     without type, a type other than message.type, a known type breaking its message's rules, or
     an unknown type without the envelope its sender must put on it (spec: unknown types from the
     server keep their envelope), none of which any sender's decode accepts."""
