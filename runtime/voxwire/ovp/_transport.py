@@ -79,9 +79,10 @@ class LinkWriter:
     """Writes one connection's actions in the order they were posted, from one task.
 
     :meth:`post` never waits: the core's actions go into a bounded queue, so what a core
-    returned first is written first, whatever task posts next. A write that takes longer than
-    ``write_timeout`` (clock seconds), or a queue that overflows, aborts the connection: its
-    reader then sees it drop. ``record`` is called with each message as it is written.
+    returned first is written first, whatever task posts next. What is queued when the writer
+    wakes must be written within ``write_timeout`` (clock seconds), all of it: a slower drain,
+    or a queue that overflows, aborts the connection, and its reader then sees it drop.
+    ``record`` is called with each message as it is written.
     """
 
     def __init__(
