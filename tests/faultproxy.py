@@ -1,9 +1,13 @@
-"""A small fault-injecting TCP proxy for the link's fault tests: loopback only, bounded.
+"""A fault-injecting TCP proxy for the fault tests of both protocols, on loopback only.
 
-New connections are forwarded as they are; faults apply to the connections open now:
-``delay`` (seconds added to every chunk), ``blackhole()`` (nothing forwarded, nothing closed: no
-FIN), ``reset()`` (RST both ways), ``truncate(n)`` (the next chunk toward the client is cut to
-``n`` bytes, then both sides are closed).
+Between a client and a server it forwards bytes both ways and, on demand, delays them, swallows
+them (blackhole), resets every connection (RST), cuts the next server chunk short and resets
+(truncate), or resets new connections at once (refuse).
+
+```text
+async with FaultProxy(server.port) as proxy:   # clients connect to proxy.url
+    proxy.reset()                              # every open connection gets an RST
+```
 """
 
 from __future__ import annotations
@@ -12,111 +16,129 @@ import asyncio
 import contextlib
 import socket
 import struct
+from dataclasses import dataclass, field
 
-MAX_CONNECTIONS = 64
+__all__ = ["FaultProxy"]
+
+_CHUNK = 65536
+_LINGER_RESET = struct.pack("ii", 1, 0)  # close() then sends an RST
 
 
-class _Pipe:
-    def __init__(self, client: asyncio.StreamWriter, upstream: asyncio.StreamWriter) -> None:
-        self.client = client
-        self.upstream = upstream
-        self.blackholed = False
-        self.truncate_at: int | None = None
-        self.tasks: list[asyncio.Task[None]] = []
+@dataclass(eq=False)
+class _Pair:
+    client: asyncio.StreamWriter
+    server: asyncio.StreamWriter
+    blackholed: bool = False
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def reset(self) -> None:
+        for writer in (self.client, self.server):
+            sock = writer.get_extra_info("socket")
+            if sock is not None:
+                # A socket a fault already closed has no descriptor left to set.
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
+            writer.transport.abort()
 
 
 class FaultProxy:
-    """Forwards 127.0.0.1:``port`` to 127.0.0.1:``target``."""
+    """Forwards ``127.0.0.1:port`` to ``127.0.0.1:target_port`` with injected faults."""
 
-    def __init__(self, target: int) -> None:
-        self.target = target
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.port = 0
         self.delay = 0.0
-        self.connections = 0
-        self._pipes: list[_Pipe] = []
+        """Seconds each chunk waits before it is forwarded (order is kept)."""
+        self.refuse = False
+        """Reset new connections at once."""
+        self.accepted = 0
+        """Connections accepted so far."""
+        self._truncate: int | None = None
+        self._pairs: set[_Pair] = set()
         self._server: asyncio.Server | None = None
-
-    @property
-    def port(self) -> int:
-        assert self._server is not None
-        return int(self._server.sockets[0].getsockname()[1])
 
     @property
     def url(self) -> str:
         return f"ws://127.0.0.1:{self.port}"
 
     async def __aenter__(self) -> FaultProxy:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        await self.start()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        self.reset()
-        for pipe in self._pipes:
-            for task in pipe.tasks:
-                task.cancel()
-        await asyncio.gather(*(t for p in self._pipes for t in p.tasks), return_exceptions=True)
-        await self._server.wait_closed()
+        await self.close()
 
-    def blackhole(self) -> None:
-        """Stop forwarding on the open connections, without closing them."""
-        for pipe in self._pipes:
-            pipe.blackholed = True
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        self.reset()
+        if self._server is not None:
+            await self._server.wait_closed()
 
     def reset(self) -> None:
-        """Reset the open connections (RST, no FIN)."""
-        for pipe in self._pipes:
-            for writer in (pipe.client, pipe.upstream):
-                _abort(writer)
-        self._pipes.clear()
+        """Send an RST both ways on every open connection."""
+        for pair in list(self._pairs):
+            pair.reset()
 
-    def truncate(self, size: int) -> None:
-        """Cut the next chunk toward the client after ``size`` bytes and close."""
-        for pipe in self._pipes:
-            pipe.truncate_at = size
+    def blackhole(self) -> None:
+        """Swallow everything the open connections carry from now on (new ones pass)."""
+        for pair in self._pairs:
+            pair.blackholed = True
+
+    def truncate(self, keep: int) -> None:
+        """Forward only ``keep`` bytes of the next server chunk, then reset its connection."""
+        self._truncate = keep
+
+    @property
+    def open_connections(self) -> int:
+        return len(self._pairs)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if len(self._pipes) >= MAX_CONNECTIONS:
-            _abort(writer)
+        self.accepted += 1
+        if self.refuse:
+            _Pair(writer, writer).reset()
             return
-        self.connections += 1
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target)
-        pipe = _Pipe(writer, up_writer)
-        self._pipes.append(pipe)
-        pipe.tasks = [
-            asyncio.ensure_future(self._pump(reader, up_writer, pipe, toward_client=False)),
-            asyncio.ensure_future(self._pump(up_reader, writer, pipe, toward_client=True)),
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        except OSError:
+            _Pair(writer, writer).reset()
+            return
+        pair = _Pair(writer, up_writer)
+        self._pairs.add(pair)
+        pair.tasks = [
+            asyncio.create_task(self._pump(pair, reader, up_writer, downstream=False)),
+            asyncio.create_task(self._pump(pair, up_reader, writer, downstream=True)),
         ]
+        await asyncio.gather(*pair.tasks, return_exceptions=True)
+        self._pairs.discard(pair)
 
     async def _pump(
         self,
+        pair: _Pair,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
-        pipe: _Pipe,
         *,
-        toward_client: bool,
+        downstream: bool,
     ) -> None:
-        with contextlib.suppress(ConnectionError, OSError):
-            while chunk := await reader.read(65536):
+        try:
+            while chunk := await reader.read(_CHUNK):
+                if pair.blackholed:
+                    continue
                 if self.delay:
                     await asyncio.sleep(self.delay)
-                if pipe.blackholed:
-                    continue
-                if toward_client and pipe.truncate_at is not None:
-                    writer.write(chunk[: pipe.truncate_at])
+                if downstream and self._truncate is not None:
+                    keep, self._truncate = self._truncate, None
+                    writer.write(chunk[:keep])
                     await writer.drain()
-                    pipe.client.close()
-                    pipe.upstream.close()
+                    pair.reset()
                     return
                 writer.write(chunk)
                 await writer.drain()
-            if not pipe.blackholed:
-                writer.close()
-
-
-def _abort(writer: asyncio.StreamWriter) -> None:
-    sock = writer.get_extra_info("socket")
-    if sock is not None:
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    writer.transport.abort()
+            if writer.can_write_eof():  # an orderly close goes on as a half-close
+                writer.write_eof()
+        except (ConnectionError, OSError):
+            pair.reset()

@@ -77,7 +77,7 @@ async def test_silence_is_detected_and_the_resumption_takes_over_the_half_open_l
         assert say.text == "We open at noon."
         await _until(lambda: any(isinstance(e, Resumed) for e in seen.events))
         assert seen.texts() == ["before", "what are your hours"]
-        assert proxy.connections == 2 and server.calls == 1
+        assert proxy.accepted == 2 and server.calls == 1
 
 
 @aio

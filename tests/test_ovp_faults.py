@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from tests.ovp_faultproxy import FaultProxy
+from tests.faultproxy import FaultProxy
 from tests.test_ovp_support import AGENT, CALL, PCM, SESSION, eventually, ovp_client, run, serving
 from voxwire import ovp
 from voxwire.clock import ScaledClock

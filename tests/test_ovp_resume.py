@@ -9,7 +9,7 @@ import pytest
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
-from tests.ovp_faultproxy import FaultProxy
+from tests.faultproxy import FaultProxy
 from tests.test_ovp_support import (
     AGENT,
     CALL,
