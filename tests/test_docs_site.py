@@ -29,7 +29,7 @@ import pytest
 from websockets.sync.client import ClientConnection, connect
 
 from codegen.ir import Protocol, TypeRef
-from codegen.render import anchor
+from codegen.reference import anchor
 from tests.conftest import ROOT
 
 ARTIFACTS = ROOT / "test-artifacts"
