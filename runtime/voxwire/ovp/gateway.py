@@ -1,6 +1,7 @@
 """The gateway side of OVP over ``websockets``: :class:`Gateway` serves ``/voice/ws/{session_id}``.
 
-For people who build or emulate a voice gateway. The gateway checks the subprotocol (HTTP 400
+For people who build or emulate a voice gateway. The gateway checks the subprotocol
+(``orbit-voice/1.0``, or the token-form alias browsers can offer; else HTTP 400
 with an ``OVP_SUBPROTOCOL_MISMATCH`` JSON body), then the HS256 token (a bad one gets the
 handshake, an ``error`` ``OVP_AUTH_FAILED`` and a close 1008), and hands each session to the
 application's handler as a :class:`GatewaySession`: typed client events and audio frames in,
@@ -28,7 +29,8 @@ import json
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping
+import weakref
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from http import HTTPStatus
@@ -48,6 +50,7 @@ from voxwire.ovp import (
     MAX_TOKEN_LIFETIME_S,
     MIN_GATEWAY_SECRET_BYTES,
     SUBPROTOCOL,
+    SUBPROTOCOL_ALIAS,
     SUBPROTOCOL_MISMATCH_HTTP_STATUS,
     TOKEN_CLOCK_LEEWAY_S,
     TOKEN_QUERY_PARAMETER,
@@ -93,6 +96,7 @@ __all__ = [
     "TokenClaims",
     "TokenRejected",
     "mint_token",
+    "select_subprotocol",
     "verify_token",
 ]
 
@@ -139,6 +143,20 @@ def _key(secret: str | bytes) -> bytes:
             f"{MIN_GATEWAY_SECRET_BYTES} (RFC 7518 §3.2)"
         )
     return key
+
+
+def select_subprotocol(offered: Iterable[str]) -> str | None:
+    """The subprotocol the gateway selects from the offered ones, or ``None`` (HTTP 400).
+
+    ``orbit-voice/1.0`` whenever it is offered, else its token-form alias
+    ``voxwire.orbit-voice.1.0`` (a voxwire extension for browsers and JS clients, which cannot
+    offer ``/``; decision ``subprotocol-token-alias``), compared exactly.
+    """
+    offered = set(offered)
+    for candidate in (SUBPROTOCOL, SUBPROTOCOL_ALIAS):
+        if candidate in offered:
+            return candidate
+    return None
 
 
 def mint_token(
@@ -501,6 +519,9 @@ class Gateway:
         self._ssl = ssl
         self._server: Server | None = None
         self._sessions: dict[str, GatewaySession] = {}
+        self._selected: weakref.WeakKeyDictionary[ServerConnection, str] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def __repr__(self) -> str:
         return f"Gateway({self.host!r}, port={self._port})"
@@ -578,11 +599,12 @@ class Gateway:
             for header in request.headers.get_all("Sec-WebSocket-Protocol")
             for value in header.split(",")
         ]
-        if SUBPROTOCOL not in offered:
+        selected = select_subprotocol(offered)
+        if selected is None:
             body = json.dumps(
                 {
                     "code": ErrorCode.OVP_SUBPROTOCOL_MISMATCH,
-                    "message": f"offer the subprotocol {SUBPROTOCOL}",
+                    "message": f"offer the subprotocol {SUBPROTOCOL} or {SUBPROTOCOL_ALIAS}",
                 }
             )
             response = connection.respond(SUBPROTOCOL_MISMATCH_HTTP_STATUS, body)
@@ -592,13 +614,15 @@ class Gateway:
         # websockets refuses "/" in a subprotocol token (RFC 6455 §4.1); the gateway selects it
         # itself, in _process_response.
         del request.headers["Sec-WebSocket-Protocol"]
+        self._selected[connection] = selected
         return None
 
     def _process_response(
         self, connection: ServerConnection, request: Request, response: Response
     ) -> None:
-        if response.status_code == HTTPStatus.SWITCHING_PROTOCOLS:
-            response.headers["Sec-WebSocket-Protocol"] = SUBPROTOCOL
+        selected = self._selected.pop(connection, None)
+        if response.status_code == HTTPStatus.SWITCHING_PROTOCOLS and selected is not None:
+            response.headers["Sec-WebSocket-Protocol"] = selected
 
     async def _connection(self, ws: ServerConnection) -> None:
         """One connection, after the handshake: the token, then the session."""
