@@ -7,6 +7,7 @@ collecting every problem before it raises.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import re
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from codegen.loader import PathT, Problem, RawSpec, SpecError
 __all__ = [
     "JSON_SAFE_INTEGER",
     "Bound",
+    "CloseCode",
     "Constant",
     "Decision",
     "Enum",
@@ -35,6 +37,7 @@ __all__ = [
     "Sender",
     "Struct",
     "TypeRef",
+    "Union",
     "resolve",
 ]
 
@@ -71,6 +74,18 @@ class Constant:
 
 
 @dataclass(frozen=True)
+class CloseCode:
+    """A WebSocket close code an end of the protocol uses."""
+
+    name: str
+    py_name: str
+    code: int
+    description: str
+    source: str | None
+    decisions: tuple[Decision, ...]
+
+
+@dataclass(frozen=True)
 class EnumValue:
     value: str | int
     py_name: str
@@ -83,6 +98,8 @@ class Enum:
     description: str
     open: bool
     values: tuple[EnumValue, ...]
+    message_types: bool
+    """Every value is a message type: the messages' union is generated too."""
     source: str | None
     decisions: tuple[Decision, ...]
 
@@ -98,6 +115,12 @@ class ErrorCode:
     description: str
     used_in: str | None
     recoverable: bool | None
+    carried_by: tuple[str, ...]
+    """The message types (or ``http``) whose code field carries it."""
+    raised_by: str | None
+    """``protocol`` or ``application`` when only that side raises it."""
+    end_reason: tuple[Enum, EnumValue] | None
+    """The end reason of the session the error ends, if it names one."""
     source: str | None
     decisions: tuple[Decision, ...]
 
@@ -235,6 +258,17 @@ class Sender:
 
 
 @dataclass(frozen=True)
+class Union:
+    """A named union of message classes: a sender's messages, a field set's, an enum's."""
+
+    name: str
+    types_name: str
+    """The frozenset of the members' wire types."""
+    description: str
+    members: tuple[Message, ...]
+
+
+@dataclass(frozen=True)
 class FrameField:
     name: str
     kind: str
@@ -295,8 +329,12 @@ class Protocol:
     senders: tuple[Sender, ...]
     field_sets: tuple[FieldSet, ...]
     """The field sets in use, each generated as a base class of the messages that carry it."""
+    unions: tuple[Union, ...]
+    """Every sender's union, then one per field set messages include, then one per enum of
+    message types."""
     errors: tuple[ErrorCode, ...]
     decode_errors: dict[str, str]
+    close_codes: tuple[CloseCode, ...]
     constants: tuple[Constant, ...]
     enums: tuple[Enum, ...]
     structs: tuple[Struct, ...]
@@ -377,7 +415,7 @@ class _Resolver:
             for name in message.get("include", []):
                 users.setdefault(name, []).append(message["type"])
         self.field_sets = {
-            name: FieldSet(name, names.class_name(name), fields, tuple(users[name]))
+            name: FieldSet(name, names.field_set_class(name), fields, tuple(users[name]))
             for name, fields in field_sets.items()
         }
         structs = tuple(self._struct(t, ("types", i)) for i, t in enumerate(struct_data))
@@ -426,6 +464,20 @@ class _Resolver:
             for j, sender_id in enumerate(m["senders"]):
                 if sender_id not in sender_ids:
                     self.fail(("messages", i, "senders", j), f"unknown sender {sender_id!r}")
+        taken = dict(classes) | {
+            fs.class_name: ("field_sets", fs.name) for fs in self.field_sets.values()
+        }
+        unions = self._unions(senders, messages, enums, taken)
+        errors = tuple(
+            self._error_facts(e, raw_error, ("errors", i), messages)
+            for i, (e, raw_error) in enumerate(zip(errors, data["errors"], strict=True))
+        )
+        close_codes = tuple(
+            self._close_code(c, ("close_codes", i))
+            for i, c in enumerate(data.get("close_codes", []))
+        )
+        self._unique([c.name for c in close_codes], ("close_codes",), "close code", "name")
+        self._unique([str(c.code) for c in close_codes], ("close_codes",), "close code", "code")
         frames = tuple(self._frame(f, ("frames", i)) for i, f in enumerate(data.get("frames", [])))
         transport = dict(data.get("transport", {}))
         transport_decisions = self._decisions(transport, ("transport",), "transport")
@@ -475,8 +527,10 @@ class _Resolver:
                 if any(m.base is fs for m in messages)
                 or any(s.envelope_name == fs.class_name for s in senders)
             ),
+            unions=unions,
             errors=errors,
             decode_errors=decode_errors,
+            close_codes=close_codes,
             constants=constants,
             enums=enums,
             structs=structs,
@@ -548,9 +602,107 @@ class _Resolver:
             description=e["description"].strip(),
             used_in=e.get("used_in"),
             recoverable=e.get("recoverable"),
+            carried_by=tuple(e.get("carried_by", ())),
+            raised_by=e.get("raised_by"),
+            end_reason=None,
             source=e.get("source"),
             decisions=self._decisions(e, path, f"error code {e['code']}"),
         )
+
+    def _error_facts(
+        self, error: ErrorCode, e: dict[str, Any], path: PathT, messages: tuple[Message, ...]
+    ) -> ErrorCode:
+        """``error`` with its carriers checked and its end reason resolved (after the messages
+        and enums it names)."""
+        types = {m.type for m in messages}
+        for i, carrier in enumerate(error.carried_by):
+            if carrier != "http" and carrier not in types:
+                self.fail((*path, "carried_by", i), f"unknown message type {carrier!r}")
+        spelled = e.get("end_reason")
+        if spelled is None:
+            return error
+        enum = self.enums.get(spelled["enum"])
+        if enum is None:
+            self.fail((*path, "end_reason", "enum"), f"unknown enum {spelled['enum']!r}")
+            return error
+        value = next((v for v in enum.values if v.value == spelled["value"]), None)
+        if value is None:
+            self.fail(
+                (*path, "end_reason", "value"),
+                f"{spelled['value']!r} is not a value of {enum.name}",
+            )
+            return error
+        others = {e.get("end_reason", {}).get("enum") for e in self.raw.data["errors"]} - {None}
+        if len(others) > 1:
+            self.fail(
+                (*path, "end_reason", "enum"), f"end reasons name several enums: {sorted(others)}"
+            )
+        return dataclasses.replace(error, end_reason=(enum, value))
+
+    def _close_code(self, c: dict[str, Any], path: PathT) -> CloseCode:
+        return CloseCode(
+            name=c["name"],
+            py_name=names.enum_member(c["name"], None),
+            code=c["code"],
+            description=c["description"].strip(),
+            source=c.get("source"),
+            decisions=self._decisions(c, path, f"close code {c['name']}"),
+        )
+
+    def _unions(
+        self,
+        senders: tuple[Sender, ...],
+        messages: tuple[Message, ...],
+        enums: tuple[Enum, ...],
+        taken: dict[str, PathT],
+    ) -> tuple[Union, ...]:
+        """Each sender's messages, each message-included field set's, each enum of types'.
+
+        ``taken``: the Python class names in use, where each is spelled; a union may not reuse one.
+        """
+        found: list[tuple[Union, PathT]] = [
+            (self._union(s.union_name, f"Every message the {s.id} may send.", s.messages), where)
+            for s, where in zip(
+                senders, [("senders", i, "id") for i in range(len(senders))], strict=True
+            )
+        ]
+        raw_messages = self.raw.data["messages"]
+        for name in self.field_sets:
+            members = tuple(
+                m
+                for m, raw in zip(messages, raw_messages, strict=True)
+                if name in raw.get("include", [])
+            )
+            if members:
+                listed = ", ".join(m.type for m in members)
+                doc = f"Every message that carries the ``{name}`` field set: {listed}."
+                union = self._union(names.field_set_union(name), doc, members)
+                found.append((union, ("field_sets", name)))
+        by_type = {m.type: m for m in messages}
+        for i, e in enumerate(enums):
+            if not e.message_types:
+                continue
+            missing = [str(v.value) for v in e.values if v.value not in by_type]
+            if missing:
+                self.fail(
+                    ("enums", i, "message_types"),
+                    f"{e.name} holds values that are no message type: {', '.join(missing)}",
+                )
+                continue
+            doc = f"Every message whose type is a value of {e.name}."
+            members = tuple(by_type[str(v.value)] for v in e.values)
+            found.append(
+                (self._union(names.enum_union(e.name), doc, members), ("enums", i, "name"))
+            )
+        for union, where in found:
+            if union.name in taken:
+                first = self.raw.line(taken[union.name])
+                self.fail(where, f"the union {union.name} has the name of a class (line {first})")
+        return tuple(union for union, _ in found)
+
+    @staticmethod
+    def _union(name: str, description: str, members: tuple[Message, ...]) -> Union:
+        return Union(name, names.union_types(name), description, members)
 
     def _constant(self, c: dict[str, Any], path: PathT) -> Constant:
         return Constant(
@@ -594,6 +746,7 @@ class _Resolver:
             description=e["description"].strip(),
             open=e.get("open", False),
             values=tuple(values),
+            message_types=e.get("message_types", False),
             source=e.get("source"),
             decisions=self._decisions(e, path, f"enum {e['name']}"),
         )

@@ -6,19 +6,27 @@ import keyword
 import re
 
 __all__ = [
+    "CLOSE_CODE",
+    "END_REASONS",
     "attribute",
+    "carried_by",
     "check_function",
     "class_name",
     "constant",
     "default_constant",
     "enum_member",
+    "enum_union",
     "enum_values",
     "envelope",
+    "field_set_class",
+    "field_set_union",
     "flag",
     "frame_header",
     "frame_size",
     "module_path",
+    "raised_by",
     "sender_union",
+    "union_types",
 ]
 
 _WORD = re.compile(r"[A-Za-z0-9]+")
@@ -47,6 +55,43 @@ def enum_member(value: str | int, name: str | None) -> str:
     source = name if name is not None else str(value)
     member = "_".join(_WORD.findall(source)).upper()
     return member if member[:1].isalpha() else f"V_{member}"
+
+
+def field_set_class(field_set: str) -> str:
+    """``command`` -> ``CommandFields``: the base class of the messages that carry a field set."""
+    return class_name(field_set) + "Fields"
+
+
+def field_set_union(field_set: str) -> str:
+    """``command`` -> ``Command``: the union of the messages that include a field set."""
+    return class_name(field_set)
+
+
+def enum_union(enum_name: str) -> str:
+    """``EventType`` -> ``Event``: the union of the messages an enum of message types names."""
+    return enum_name.removesuffix("Type")
+
+
+def union_types(union: str) -> str:
+    """``Command`` -> ``COMMAND_TYPES``: the frozenset of a union's wire types."""
+    return f"{_snake(union).upper()}_TYPES"
+
+
+CLOSE_CODE = "CloseCode"
+"""The IntEnum of a protocol's WebSocket close codes."""
+
+END_REASONS = "END_REASONS"
+"""The mapping from an error code to the end reason of the session it ends."""
+
+
+def carried_by(carrier: str) -> str:
+    """``agent.tool.error`` -> ``CARRIED_BY_AGENT_TOOL_ERROR``: the codes a message carries."""
+    return "CARRIED_BY_" + "_".join(_WORD.findall(carrier)).upper()
+
+
+def raised_by(origin: str) -> str:
+    """``protocol`` -> ``RAISED_BY_PROTOCOL``: the codes only that side raises."""
+    return f"RAISED_BY_{origin.upper()}"
 
 
 def sender_union(sender_id: str) -> str:

@@ -179,8 +179,46 @@ def _errors(p: Protocol, header: str) -> str:
         }
         for e in p.errors
     ]
+    code_sets: list[dict[str, Any]] = []
+    carriers = sorted({c for e in p.errors for c in e.carried_by})
+    for carrier in carriers:
+        what = "the body of an HTTP answer" if carrier == "http" else f"``{carrier}``"
+        code_sets.append(
+            {
+                "name": names.carried_by(carrier),
+                "members": [e.py_name for e in p.errors if carrier in e.carried_by],
+                "doc": docstring(f"The codes {what} carries."),
+            }
+        )
+    for origin in sorted({e.raised_by for e in p.errors if e.raised_by is not None}):
+        code_sets.append(
+            {
+                "name": names.raised_by(origin),
+                "members": [e.py_name for e in p.errors if e.raised_by == origin],
+                "doc": docstring(
+                    "The codes only the protocol machinery raises (a handshake or resume "
+                    "refusal); an application never sends them."
+                    if origin == "protocol"
+                    else "The codes only an application raises; the protocol machinery never does."
+                ),
+            }
+        )
+    ending = [(e.py_name, e.end_reason) for e in p.errors if e.end_reason is not None]
+    end_enum = ending[0][1][0].name if ending else None  # the resolver checks they share one
+    end_reasons = [(code, f"{enum.name}.{value.py_name}") for code, (enum, value) in ending]
+    exports = ["ERROR_DESCRIPTIONS", "ErrorCode", "ProtocolError"]
+    exports += ["RECOVERABLE"] if recoverable else []
+    exports += [c["name"] for c in code_sets]
+    exports += [names.END_REASONS] if end_reasons else []
     return _TEMPLATES.get_template("errors.py.j2").render(
-        header=header, p=Proxy(p, errors=errors), recoverable=recoverable
+        header=header,
+        p=Proxy(p, errors=errors),
+        recoverable=recoverable,
+        code_sets=code_sets,
+        end_enum=end_enum,
+        end_reasons_name=names.END_REASONS,
+        end_reasons=end_reasons,
+        exports=_sorted_all(exports),
     )
 
 
@@ -258,8 +296,20 @@ def _constants(p: Protocol, header: str) -> str:
             )
     transport = _transport_constants(p)
     exports = [c.py_name for c in p.constants] + [t["name"] for t in transport]
+    close_codes = [
+        {"py_name": c.py_name, "code": c.code, "doc": docstring(c.description)}
+        for c in p.close_codes
+    ]
+    if close_codes:
+        exports.append(names.CLOSE_CODE)
     return _TEMPLATES.get_template("constants.py.j2").render(
-        header=header, p=p, groups=groups, transport=transport, exports=_sorted_all(exports)
+        header=header,
+        p=p,
+        groups=groups,
+        transport=transport,
+        close_code_enum=names.CLOSE_CODE,
+        close_codes=close_codes,
+        exports=_sorted_all(exports),
     )
 
 
@@ -296,26 +346,30 @@ def _messages(model: PyModel, header: str) -> str:
     constant_imports = sorted(
         c for c in _referenced_constants(_all_fields(p)) if re.search(rf"\b{c}\b", text_all)
     )
-    senders = [
+    unions = [
         {
-            "id": s.id,
-            "union": s.union_name,
-            "members": [m.class_name for m in s.messages],
+            "name": u.name,
+            "doc": docstring(u.description),
+            "members": [m.class_name for m in u.members],
+            "types_name": u.types_name,
+            "types": sorted(m.type for m in u.members),
         }
-        for s in p.senders
+        for u in p.unions
     ]
     exports = (
         [e.name for e in model.enums]
         + [c.name for c in model.structs]
         + [c.name for c in model.messages]
-        + [s.union_name for s in p.senders]
+        + [u.name for u in p.unions]
+        + [u.types_name for u in p.unions]
         + ["MESSAGE_TYPES", "Message", "Object"]
     )
     enum_bases = sorted({e.base for e in model.enums}) or ["StrEnum"]
     intro = docstring(
         "Each class is tagged with its wire ``type`` (readable as ``message.type``), takes keyword "
         "arguments only, and leaves out of the wire what is absent (``UNSET``) or equal to its "
-        "default. The unions name what each sender may send."
+        "default. The unions (each with a ``*_TYPES`` set of its wire types) name what each sender "
+        "may send, and the messages a field set or an enum of message types groups."
     )
     return _TEMPLATES.get_template("messages.py.j2").render(
         header=header,
@@ -325,7 +379,7 @@ def _messages(model: PyModel, header: str) -> str:
         enum_bases=enum_bases,
         structs=model.structs,
         messages=model.messages,
-        senders=senders,
+        unions=unions,
         typing_names=sorted(typing_names),
         msgspec_names=sorted(msgspec_names),
         constant_imports=constant_imports,

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
@@ -108,3 +109,43 @@ def test_a_broken_spec_is_reported_not_raised(repo_copy: Path) -> None:
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
     assert "spec/ovp.yaml:" in done.stderr and "unknown constant 'no_such_limit'" in done.stderr
+
+
+# -- the facts the runtime reads, generated -----------------------------------------------------
+
+
+def test_the_unions_are_the_senders_field_sets_and_enums_of_message_types() -> None:
+    from voxwire import brisvox, ovp
+
+    commands = {c for c in get_args(brisvox.AgentMessage) if issubclass(c, brisvox.CommandFields)}
+    assert set(get_args(brisvox.Command)) == commands
+    assert (
+        brisvox.COMMAND_TYPES
+        == {c.type for c in commands}
+        == {"say", "end", "transfer", "context.update", "tools.set"}
+    )
+    assert {c.type for c in get_args(brisvox.Event)} == {e.value for e in brisvox.EventType}
+    assert {e.value for e in brisvox.EventType} == brisvox.EVENT_TYPES
+    for module, union, types in (
+        (ovp, ovp.ClientMessage, ovp.CLIENT_MESSAGE_TYPES),
+        (ovp, ovp.ServerMessage, ovp.SERVER_MESSAGE_TYPES),
+        (brisvox, brisvox.ServerMessage, brisvox.SERVER_MESSAGE_TYPES),
+    ):
+        assert types == {c.type for c in get_args(union)}, module.__name__
+    # A message both ends send is in both directions' unions.
+    assert "screen.share" in ovp.CLIENT_MESSAGE_TYPES & ovp.SERVER_MESSAGE_TYPES
+
+
+def test_close_codes_and_code_sets_come_from_the_spec() -> None:
+    from voxwire import brisvox, ovp
+
+    assert ovp.CloseCode.NORMAL == brisvox.CloseCode.NORMAL == 1000
+    assert ovp.CloseCode.POLICY == 1008 and brisvox.CloseCode.GOING_AWAY == 1001
+    assert {
+        ovp.ErrorCode.OVP_TOOL_UNKNOWN,
+        ovp.ErrorCode.OVP_TOOL_ARGS_INVALID,
+    } == ovp.CARRIED_BY_AGENT_TOOL_ERROR
+    assert ovp.ErrorCode.OVP_SUBPROTOCOL_MISMATCH in ovp.RAISED_BY_PROTOCOL & ovp.CARRIED_BY_HTTP
+    assert ovp.END_REASONS[ovp.ErrorCode.OVP_SPEND_CAP_EXCEEDED] is ovp.SessionEndReason.SPEND_CAP
+    assert "confirm_pending" in brisvox.RESERVED_TOOL_NAMES
+    assert brisvox.END_COMMAND_EXTRA_MS == 35000 and brisvox.TRANSFER_COMMAND_EXTRA_MS == 50000

@@ -56,11 +56,11 @@ from voxwire.ovp import (
     ENDPOINT_PATH,
     FLAG_LAST_OF_UTTERANCE,
     FRAME_MS,
-    NORMAL_CLOSE_CODE,
     PCM_BYTES_PER_FRAME,
     SUBPROTOCOL,
     TOKEN_QUERY_PARAMETER,
     AudioFrame,
+    CloseCode,
     ErrorCode,
     Message,
     ServerMessage,
@@ -548,7 +548,7 @@ class OVPClient:
             pass
         finally:
             if self._writer is not None:  # finish the writes, then the closing handshake
-                self._writer.post(Close(NORMAL_CLOSE_CODE))
+                self._writer.post(Close(CloseCode.NORMAL))
                 await self._writer.wait_done()
 
     async def _reconnect(self) -> ClientConnection | None:

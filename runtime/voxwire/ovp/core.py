@@ -45,8 +45,6 @@ from voxwire.ovp import (
     FRAME_SEQ_MODULUS,
     MAX_ELAPSED_MS,
     MAX_SEQ,
-    NORMAL_CLOSE_CODE,
-    POLICY_CLOSE_CODE,
     PROTOCOL_VERSION,
     QUALITY_UPDATE_INTERVAL_MS,
     RECOVERABLE,
@@ -73,6 +71,7 @@ from voxwire.ovp import (
     CallInfo,
     CallQualityUpdate,
     ClientMessage,
+    CloseCode,
     CostBreakdown,
     Error,
     ErrorCode,
@@ -409,7 +408,7 @@ class ClientCore:
         elif isinstance(message, SessionEnd):
             code = message.error_code if isinstance(message.error_code, str) else None
             self.over = SessionOver(message, code, message.reason)
-            out += [Close(NORMAL_CLOSE_CODE), self.over]
+            out += [Close(CloseCode.NORMAL), self.over]
         return out
 
     def receive_binary(
@@ -444,7 +443,7 @@ class ClientCore:
         try:
             message, data = self._stamper.build(kind, fields, now)
         except SessionStateError as exc:  # the seq would pass its bound: close
-            return [Close(NORMAL_CLOSE_CODE, "seq exhausted"), *self._over(None, str(exc))]
+            return [Close(CloseCode.NORMAL, "seq exhausted"), *self._over(None, str(exc))]
         return [Sent(message), SendText(data)]
 
     def send_audio(
@@ -481,7 +480,7 @@ class ClientCore:
         if self.over is not None:
             return []
         return [
-            Close(NORMAL_CLOSE_CODE, "closed by the client"),
+            Close(CloseCode.NORMAL, "closed by the client"),
             *self._over(None, "closed by the client"),
         ]
 
@@ -700,7 +699,7 @@ class GatewayCore:
         out: list[GatewayOutput] = []
         if self.started_at is None and self.over is None:
             if self.current_link is not None:
-                out.append(ToLink(self.current_link, Close(NORMAL_CLOSE_CODE, "superseded")))
+                out.append(ToLink(self.current_link, Close(CloseCode.NORMAL, "superseded")))
                 del self._links[self.current_link]
             self._links[link] = _Role.LIVE
             self.current_link = link
@@ -823,7 +822,7 @@ class GatewayCore:
         self.ended_at = now
         sent = out[0]
         assert isinstance(sent, Sent) and isinstance(sent.message, SessionEnd)
-        out += self._close_links(NORMAL_CLOSE_CODE, "session ended")
+        out += self._close_links(CloseCode.NORMAL, "session ended")
         return out + self._finish(sent.message, error_code, f"ended: {reason}")
 
     def abort(self, detail: str, now: float) -> list[GatewayOutput]:
@@ -1052,11 +1051,11 @@ class GatewayCore:
         replayed = [ToLink(link, SendText(data)) for data in replay]
         if ended:  # the link that carried session.end dropped: the client gets the rest, then 1000
             self._links.pop(link, None)
-            closing = ToLink(link, Close(NORMAL_CLOSE_CODE, "session ended"))
+            closing = ToLink(link, Close(CloseCode.NORMAL, "session ended"))
             return [*replayed, closing, Resumed(link, len(replay))]
         out: list[GatewayOutput] = []
         if self.current_link is not None:
-            out.append(ToLink(self.current_link, Close(NORMAL_CLOSE_CODE, "resumed elsewhere")))
+            out.append(ToLink(self.current_link, Close(CloseCode.NORMAL, "resumed elsewhere")))
             del self._links[self.current_link]
         self._links[link] = _Role.LIVE
         self.current_link = link
@@ -1113,10 +1112,10 @@ class GatewayCore:
         out: list[GatewayOutput] = [
             Sent(error),
             ToLink(link, SendText(encode(error))),
-            ToLink(link, Close(POLICY_CLOSE_CODE, "resume refused")),
+            ToLink(link, Close(CloseCode.POLICY, "resume refused")),
         ]
         if self.over is None:
-            out += self._close_links(POLICY_CLOSE_CODE, "session expired")
+            out += self._close_links(CloseCode.POLICY, "session expired")
             out += self._finish(None, code, f"resume refused: {detail}")
         return out
 
@@ -1136,7 +1135,7 @@ class GatewayCore:
         return [
             ToLink(
                 link,
-                Close(current_code if link == self.current_link else POLICY_CLOSE_CODE, reason),
+                Close(current_code if link == self.current_link else CloseCode.POLICY, reason),
             )
             for link in self._links
         ]
@@ -1224,7 +1223,7 @@ def refuse_token(session_id: str, detail: str, *, epoch: float, now: float) -> l
         message=detail,
         recoverable=False,
     )
-    return [SendText(encode(error)), Close(POLICY_CLOSE_CODE, "authentication failed")]
+    return [SendText(encode(error)), Close(CloseCode.POLICY, "authentication failed")]
 
 
 def _total(cost: CostBreakdown) -> int:
