@@ -170,8 +170,8 @@ def written_difference(value: object, copy: object, path: str) -> tuple[str, str
         elif isinstance(mine, datetime) and isinstance(theirs, datetime):
             if mine != theirs or mine.utcoffset() != theirs.utcoffset():
                 return where, (
-                    f"{mine.isoformat()} is written as {theirs.isoformat()}: RFC 3339 writes "
-                    "an offset in whole minutes, a datetime needs one"
+                    f"{mine.isoformat()} would be written as {theirs.isoformat()}, another "
+                    "instant: RFC 3339 writes a UTC offset in whole minutes"
                 )
         elif isinstance(mine, datetime | msgspec.Struct | Enum) and isinstance(
             theirs, str | int | dict
@@ -208,7 +208,7 @@ def json_equal(a: Any, b: Any) -> bool:
     return type(a) is type(b) and bool(a == b)
 
 
-_DATE_TIME: Final = re.compile(r"^\d{4}-\d\d-\d\d[Tt ]\d\d:\d\d:\d\d(\.\d+)?([Zz]|[+-]\d\d:\d\d)$")
+_DATE_TIME: Final = re.compile(r"^\d{4}-\d\d-\d\d[Tt ]\d\d:\d\d:\d\d(\.\d+)?([Zz]|[+-]\d\d:?\d\d)$")
 
 
 def _same_instant(a: str, b: str) -> bool:
