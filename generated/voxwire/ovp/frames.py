@@ -99,24 +99,20 @@ def decode_frame(
 ) -> AudioFrame:
     """Decode one 652-byte frame; the payload is a zero-copy view of ``buf``.
 
-    With ``expected_direction``, a frame whose direction differs is refused too: a
-    receiver knows which direction its peer's frames must carry.
+    Any buffer is read as the bytes it holds (a view of wider items, of two dimensions or
+    with strides included). With ``expected_direction``, a frame whose direction
+    differs is refused too: a receiver knows which direction its peer's frames
+    must carry.
     """
-    view = memoryview(buf)
-    if view.itemsize != 1:  # a view of wider items (int16 samples): its bytes are the frame
-        try:
-            view = view.cast("B")
-        except TypeError:
-            raise ProtocolError(
-                ErrorCode.OVP_AUDIO_FRAME_INVALID, "not a contiguous buffer", path="frame"
-            ) from None
-    if len(view) != AUDIO_FRAME_SIZE:
+    if buf.__class__ is not bytes:
+        buf = _byte_view(buf, "frame")
+    if len(buf) != AUDIO_FRAME_SIZE:
         raise ProtocolError(
             ErrorCode.OVP_AUDIO_FRAME_INVALID,
-            f"{len(view)} bytes, a frame is {AUDIO_FRAME_SIZE}",
+            f"{len(buf)} bytes, a frame is {AUDIO_FRAME_SIZE}",
             path="frame",
         )
-    version, flags, direction, frame_seq, rtp_timestamp = _AUDIO_FRAME_HEADER.unpack_from(view)
+    version, flags, direction, frame_seq, rtp_timestamp = _AUDIO_FRAME_HEADER.unpack_from(buf)
     if version != 1:
         raise ProtocolError(
             ErrorCode.OVP_AUDIO_FRAME_INVALID, f"version is {version}, not 1", path="version"
@@ -143,12 +139,13 @@ def decode_frame(
         direction=direction,
         frame_seq=frame_seq,
         rtp_timestamp=rtp_timestamp,
-        pcm=view[12:],
+        pcm=memoryview(buf)[12:],
     )
 
 
 def encode_frame(frame: AudioFrame) -> bytes:
-    """Encode ``frame`` after checking its header and its 640-byte payload."""
+    """Encode ``frame`` after checking its header and its 640-byte payload
+    (any buffer, counted in bytes: 320 ``array("h")`` samples are 640 bytes)."""
     version, flags, direction, frame_seq, rtp_timestamp = (
         frame.version,
         frame.flags,
@@ -156,6 +153,19 @@ def encode_frame(frame: AudioFrame) -> bytes:
         frame.frame_seq,
         frame.rtp_timestamp,
     )
+    for name, value in (
+        ("version", version),
+        ("flags", flags),
+        ("direction", direction),
+        ("frame_seq", frame_seq),
+        ("rtp_timestamp", rtp_timestamp),
+    ):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ProtocolError(
+                ErrorCode.OVP_AUDIO_FRAME_INVALID,
+                f"{name} is {type(value).__name__}, not an integer",
+                path=name,
+            )
     if version != 1:
         raise ProtocolError(
             ErrorCode.OVP_AUDIO_FRAME_INVALID, f"version is {version}, not 1", path="version"
@@ -170,11 +180,10 @@ def encode_frame(frame: AudioFrame) -> bytes:
             f"direction {direction} is not one of {sorted(_FRAME_DIRECTION_VALUES)}",
             path="direction",
         )
-    payload = frame.pcm
-    size = payload.nbytes if isinstance(payload, memoryview) else len(payload)
-    if size != 640:
+    payload = _byte_view(frame.pcm, "pcm")
+    if len(payload) != 640:
         raise ProtocolError(
-            ErrorCode.OVP_AUDIO_FRAME_INVALID, f"pcm is {size} bytes, not 640", path="pcm"
+            ErrorCode.OVP_AUDIO_FRAME_INVALID, f"pcm is {len(payload)} bytes, not 640", path="pcm"
         )
     try:
         header = _AUDIO_FRAME_HEADER.pack(version, flags, direction, frame_seq, rtp_timestamp)
@@ -183,3 +192,23 @@ def encode_frame(frame: AudioFrame) -> bytes:
             ErrorCode.OVP_AUDIO_FRAME_INVALID, f"header value out of range: {exc}", path="frame"
         ) from None
     return header + payload
+
+
+def _byte_view(data: object, path: str) -> memoryview:
+    """``data`` as a flat view of its bytes: a copy only when its bytes are not in one piece."""
+    try:
+        view = memoryview(data)  # type: ignore[arg-type]
+    except TypeError:
+        raise ProtocolError(
+            ErrorCode.OVP_AUDIO_FRAME_INVALID,
+            f"a {type(data).__name__}, not a bytes-like object",
+            path=path,
+        ) from None
+    if view.ndim == 1 and view.format == "B" and view.c_contiguous:
+        return view
+    if view.c_contiguous:
+        try:
+            return view.cast("B")
+        except TypeError:  # a format cast cannot read (a struct format such as "<h")
+            pass
+    return memoryview(view.tobytes())
