@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import reprlib
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -73,7 +74,6 @@ class SenderSpec:
 _ANY: Final = msgspec.json.Decoder()
 _INDEX: Final = re.compile(r"\[\d+\]")
 _MISSING: Final = re.compile(r"Object missing required field `([^`]+)`")
-_SHOWN_CHARS: Final = 40
 
 
 class JsonCodec:
@@ -395,6 +395,10 @@ class JsonCodec:
             return str(data)
         if isinstance(data, bytes):
             blob = data
+            if len(blob) > self._max:  # the size first, as for any other buffer
+                raise self._error(
+                    self._codes.too_large, f"message of {len(blob)} bytes, at most {self._max}"
+                )
         else:
             try:
                 view = memoryview(data)  # type: ignore[arg-type]
@@ -551,8 +555,8 @@ def _only_message(check: Check, message: Any, data: bytes | str) -> None:
 
 
 def _shown(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 3] + "..."
+    """A short repr of any value, however deep or long (reprlib stops at a few levels)."""
+    return reprlib.repr(value)
 
 
 def _top_level_types(data: bytes | str) -> list[object]:
