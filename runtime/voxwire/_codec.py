@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 import reprlib
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -112,7 +111,7 @@ class JsonCodec:
         "_runners",
         "_senders",
         "_types_by_sender",
-        "_unbounded",
+        "_ungated",
     )
 
     def __init__(
@@ -164,11 +163,11 @@ class JsonCodec:
         self._field_codes = dict(field_codes)
         self._encoder = msgspec.json.Encoder()
         decoders = {sid: msgspec.json.Decoder(spec.union).decode for sid, spec in senders.items()}
-        self._unbounded = {
-            sid: self._runner(sid, decode, sys.maxsize) for sid, decode in decoders.items()
+        self._ungated = {
+            sid: self._runner(sid, decode, gated=False) for sid, decode in decoders.items()
         }
         self._runners = {
-            sid: self._runner(sid, decode, self._quarter) for sid, decode in decoders.items()
+            sid: self._runner(sid, decode, gated=True) for sid, decode in decoders.items()
         }
 
     def decode(self, data: bytes | str, sender: str) -> Any:
@@ -197,41 +196,49 @@ class JsonCodec:
         return finish
 
     def _runner(
-        self, sender: str, decode: Callable[[bytes | str], Any], quarter: int
+        self, sender: str, decode: Callable[[bytes | str], Any], *, gated: bool
     ) -> Callable[[Any], Any]:
         """Decode, then the checks msgspec cannot do; everything it needs bound as a local.
 
-        A message longer than ``quarter`` goes the bounded way (``_within_bound``), which
-        runs the same steps with no quarter (``sys.maxsize``).
+        The gated runner takes the common case, a str of at most a quarter of the bound, on
+        its fast path and hands anything else to ``_other``, which calls the ungated one.
         """
-        within_bound, as_text = self._within_bound, self._as_text
-        finish, recover, failure = self._finish.get, self._recover, self._failure
+        quarter, other = self._quarter, self._other
+        finish, recover, failure = self._finish, self._recover, self._failure
+        finished = frozenset(finish)
 
+        # type(x) rather than x.__class__: CPython specialises the call (a Struct's
+        # __class__ goes through a slower attribute look-up).
         def run(data: bytes | str) -> Any:
-            # A str is text already; bytes may hold anything (msgspec skips unknown fields
-            # unread), and any other buffer is read as the bytes it holds.
-            if data.__class__ is not str and (data.__class__ is not bytes or not data.isascii()):
-                data = as_text(data)
-            if len(data) > quarter:
-                return within_bound(data, sender)
+            if gated and (type(data) is not str or len(data) > quarter):
+                return other(data, sender)
             try:
                 message = decode(data)
             except msgspec.ValidationError as exc:
                 message = recover(exc, data, sender)
             except (msgspec.DecodeError, RecursionError, UnicodeEncodeError) as exc:
                 raise failure(exc) from None
-            extra = finish(message.__class__)
-            if extra is not None:
-                extra(message, data)
+            if type(message) in finished:
+                finish[type(message)](message, data)
             return message
 
         return run
 
-    def _within_bound(self, data: bytes | str, sender: str) -> Any:
-        """Decode a message over a quarter of the bound: it must fit the bound as received,
-        and as voxwire writes it again, so that what decode accepts encode writes."""
+    def _other(self, data: Any, sender: str) -> Any:
+        """Decode bytes, any other buffer, or a long text.
+
+        A str is text already; bytes may hold anything (msgspec skips unknown fields unread),
+        so they must be UTF-8, and any other buffer is read as the bytes it holds. A message
+        over a quarter of the bound must fit the bound as received, and as voxwire writes it
+        again, so that what decode accepts encode writes.
+        """
+        if data.__class__ is not bytes or not data.isascii():
+            data = self._as_text(data)
+        ungated = self._ungated[sender]
+        if len(data) <= self._quarter:
+            return ungated(data)
         self._check_size(data)
-        message = self._unbounded[sender](data)
+        message = ungated(data)
         payload = message.data if message.__class__ is UnknownMessage else message
         size = len(self._encoder.encode(payload))
         if size > self._max:

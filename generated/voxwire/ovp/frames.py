@@ -104,7 +104,7 @@ def decode_frame(
     differs is refused too: a receiver knows which direction its peer's frames
     must carry.
     """
-    if buf.__class__ is not bytes:
+    if type(buf) is not bytes:
         buf = _byte_view(buf, "frame")
     if len(buf) != AUDIO_FRAME_SIZE:
         raise ProtocolError(
