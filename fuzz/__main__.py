@@ -1,9 +1,9 @@
 """``python -m fuzz``: fuzz every decoder, print a table, exit 1 on any finding.
 
-    python -m fuzz                          # 10,000 inputs per decoder, seed 0
-    python -m fuzz --inputs 1000000         # the nightly run (docs/fuzzing.md)
-    python -m fuzz --target ovp-client --seconds 60 --seed 7
-    python -m fuzz --atheris --seconds 180  # coverage-guided, where atheris installs
+python -m fuzz                          # 10,000 inputs per decoder, seed 0
+python -m fuzz --inputs 1000000         # the nightly run (docs/fuzzing.md)
+python -m fuzz --target ovp-client --seconds 60 --seed 7
+python -m fuzz --atheris --seconds 180  # coverage-guided, where atheris installs
 """
 
 from __future__ import annotations
@@ -65,6 +65,14 @@ def _progress(report: TargetReport) -> None:
         file=sys.stderr,
         flush=True,
     )
+    for finding in report.findings.values():
+        if finding.count == 1 and not finding.shown:
+            finding.shown = True
+            print(
+                f"  new: {finding.kind}: {finding.detail}\n  input: {finding.data[:300]!r}",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 def _print_findings(report: Report) -> None:

@@ -22,7 +22,7 @@ def fuzz_with_atheris(target: Target, seconds: float, seed: int, time_bound: flo
     """Run libFuzzer on one decoder for ``seconds``; an oracle finding stops it with the input
     saved (``crash-*``); returns libFuzzer's exit status otherwise."""
     try:
-        import atheris
+        import atheris  # type: ignore[import-untyped,import-not-found,unused-ignore]
     except ImportError:
         print("atheris is not installed: pip install atheris (see docs/fuzzing.md)")
         return 2

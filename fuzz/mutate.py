@@ -140,7 +140,9 @@ def write(value: Any, *, ascii_only: bool = False, spaced: bool = False) -> str:
                 if is_object:
                     key, child = child
                     parts.append(json.dumps(key, ensure_ascii=ascii_only) + colon)
-                parts.append(child if isinstance(child, list | Nest) else _scalar(child, ascii_only))
+                parts.append(
+                    child if isinstance(child, list | Nest) else _scalar(child, ascii_only)
+                )
             parts.append("}" if is_object else "]")
             stack.extend(reversed(parts))
         else:
@@ -320,7 +322,8 @@ class MessageMutator:
 
     def _change_tag(self, tree: Any) -> Any:
         if isinstance(tree, Pairs):
-            tag = self._rng.choice([*self._types, "", "x.unknown", 5, None, [], Pairs()])
+            tags: list[Any] = [*self._types, "", "x.unknown", 5, None, [], Pairs()]
+            tag = self._rng.choice(tags)
             spot = [i for i, (k, _) in enumerate(tree) if k == "type"]
             if spot and self._rng.random() < 0.7:
                 tree[self._rng.choice(spot)] = ("type", tag)

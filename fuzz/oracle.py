@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import array
+import contextlib
 import random
 import time
 from collections.abc import Callable
@@ -40,6 +41,8 @@ class Finding:
     detail: str
     data: bytes
     count: int = 1
+    shown: bool = False
+    """Whether the command line has printed it already."""
 
     @property
     def signature(self) -> tuple[str, str]:
@@ -112,17 +115,17 @@ class MessageOracle:
         started = time.perf_counter()
         findings: list[Finding] = []
         variants: list[tuple[str, Any]] = [("bytes", data)]
-        try:
+        with contextlib.suppress(UnicodeDecodeError):  # a str is always text
             variants.append(("str", data.decode("utf-8")))
-        except UnicodeDecodeError:
-            pass
         variants += [("bytearray", bytearray(data)), ("memoryview", memoryview(data))]
         verdicts = [(name, self._verdict(value, data, findings)) for name, value in variants]
         first_name, first = verdicts[0]
         for name, verdict in verdicts[1:]:
             if verdict != first and verdict[0] != "escaped" and first[0] != "escaped":
                 findings.append(
-                    Finding("verdict", f"{first_name} {_show(first)} but {name} {_show(verdict)}", data)
+                    Finding(
+                        "verdict", f"{first_name} {_show(first)} but {name} {_show(verdict)}", data
+                    )
                 )
         if first[0] == "accepted":
             self._round_trip(first[1], data, findings)
@@ -141,7 +144,7 @@ class MessageOracle:
             if exc.code not in self._codes:
                 findings.append(Finding("escape", f"code {exc.code!r} is not the protocol's", data))
             return ("refused", exc.code, exc.path, exc.message_type)
-        except Exception as exc:  # noqa: BLE001 - the oracle's whole point
+        except Exception as exc:
             findings.append(Finding("escape", f"decode: {_exception(exc)}", data))
             return ("escaped", type(exc).__name__)
         return ("accepted", message)
@@ -150,16 +153,18 @@ class MessageOracle:
         try:
             written = self._encode(message)
         except ProtocolError as exc:
-            findings.append(Finding("round-trip", f"encode refused an accepted message: {exc}", data))
+            findings.append(
+                Finding("round-trip", f"encode refused an accepted message: {exc}", data)
+            )
             return
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             findings.append(Finding("escape", f"encode: {_exception(exc)}", data))
             return
         if len(written) > self._limit:
             findings.append(Finding("round-trip", f"encode wrote {len(written)} bytes", data))
         try:
             again = self._decode(written)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             findings.append(Finding("round-trip", f"decode(encode(m)) raised {exc!r}", data))
             return
         if again != message:
@@ -178,18 +183,24 @@ class MessageOracle:
             if exc.code not in self._codes:
                 findings.append(Finding("escape", f"encode: code {exc.code!r}", data))
             return
-        except Exception as exc:  # noqa: BLE001
-            findings.append(Finding("escape", f"encode of {name}={_short(value)}: {_exception(exc)}", data))
+        except Exception as exc:
+            findings.append(
+                Finding("escape", f"encode of {name}={_short(value)}: {_exception(exc)}", data)
+            )
             return
         try:
             again = self._encode(self._decode(written))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             findings.append(
-                Finding("encode", f"{name}={_short(value)} was written, not read back: {exc!r}", data)
+                Finding(
+                    "encode", f"{name}={_short(value)} was written, not read back: {exc!r}", data
+                )
             )
             return
         if again != written:
-            findings.append(Finding("encode", f"{name}={_short(value)} reads back as another", data))
+            findings.append(
+                Finding("encode", f"{name}={_short(value)} reads back as another", data)
+            )
 
 
 class FrameOracle:
@@ -211,16 +222,20 @@ class FrameOracle:
         for name, verdict in verdicts[1:]:
             if verdict != first and verdict[0] != "escaped" and first[0] != "escaped":
                 findings.append(
-                    Finding("verdict", f"{first_name} {_show(first)} but {name} {_show(verdict)}", data)
+                    Finding(
+                        "verdict", f"{first_name} {_show(first)} but {name} {_show(verdict)}", data
+                    )
                 )
         if first[0] == "accepted":
             try:
                 written = self._encode(self._decode(data))
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 findings.append(Finding("round-trip", f"encode_frame raised {exc!r}", data))
             else:
                 if written != data:
-                    findings.append(Finding("round-trip", "encode_frame(decode_frame(b)) != b", data))
+                    findings.append(
+                        Finding("round-trip", "encode_frame(decode_frame(b)) != b", data)
+                    )
         self._strange_encode(data, findings)
         elapsed = time.perf_counter() - started
         if elapsed > self._time_bound:
@@ -234,7 +249,7 @@ class FrameOracle:
             if exc.code not in self._codes:
                 findings.append(Finding("escape", f"code {exc.code!r} is not the protocol's", data))
             return ("refused", exc.code, exc.path)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             findings.append(Finding("escape", f"decode_frame: {_exception(exc)}", data))
             return ("escaped", type(exc).__name__)
         header = tuple(getattr(frame, f.name) for f in msgspec.structs.fields(frame))[:-1]
@@ -273,14 +288,16 @@ class FrameOracle:
             if exc.code not in self._codes:
                 findings.append(Finding("escape", f"encode_frame: code {exc.code!r}", data))
             return
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             shown = {k: type(v).__name__ for k, v in fields.items()}
             findings.append(Finding("escape", f"encode_frame {shown}: {_exception(exc)}", data))
             return
         try:
             again = self._decode(written)
-        except Exception as exc:  # noqa: BLE001
-            findings.append(Finding("encode", f"encode_frame wrote a frame decode refuses: {exc!r}", data))
+        except Exception as exc:
+            findings.append(
+                Finding("encode", f"encode_frame wrote a frame decode refuses: {exc!r}", data)
+            )
             return
         if bytes(again.pcm) != memoryview(pcm).tobytes() or again.frame_seq != fields["frame_seq"]:  # type: ignore[arg-type]
             findings.append(Finding("encode", "encode_frame wrote another frame", data))
@@ -308,7 +325,11 @@ def _exception(exc: BaseException) -> str:
     where = exc.__traceback__
     while where is not None and where.tb_next is not None:
         where = where.tb_next
-    place = f" at {where.tb_frame.f_code.co_filename.rsplit('/', 1)[-1]}:{where.tb_lineno}" if where else ""
+    place = (
+        f" at {where.tb_frame.f_code.co_filename.rsplit('/', 1)[-1]}:{where.tb_lineno}"
+        if where
+        else ""
+    )
     return f"{type(exc).__name__}{place}: {str(exc)[:80]}"
 
 

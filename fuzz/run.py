@@ -90,6 +90,8 @@ def run(
                 known = report.findings.get(finding.signature)
                 if known is None:
                     report.findings[finding.signature] = finding
+                    if progress is not None:
+                        progress(report)  # a new kind of finding is shown at once
                 else:
                     known.count += 1
             if progress is not None and (i + 1) % 100_000 == 0:

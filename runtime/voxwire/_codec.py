@@ -150,9 +150,7 @@ class JsonCodec:
         }
         self._checks = dict(checks)
         members = [m for spec in senders.values() for m in getattr(spec.union, "__args__", ())]
-        self._free_form = frozenset(
-            {UnknownMessage, *(m for m in members if _holds_free_form(m))}
-        )
+        self._free_form = frozenset({UnknownMessage, *(m for m in members if _holds_free_form(m))})
         self._finish = self._finishers()
         # Encoding reads back what it wrote, with a typed decoder of the message's class.
         self._readers = {
@@ -361,7 +359,9 @@ class JsonCodec:
                 difference = written_difference(message.data, copy.data, "$")
                 if difference is not None:
                     raise self._error(
-                        self._codes.invalid_value, difference[1], path=difference[0],
+                        self._codes.invalid_value,
+                        difference[1],
+                        path=difference[0],
                         message_type=tag,
                     )
                 return data
