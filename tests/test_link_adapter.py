@@ -120,6 +120,27 @@ def test_a_replay_of_4096_events_streams_through_a_bound_of_1024() -> None:
     run(main)
 
 
+def test_on_drained_tells_the_room_after_each_drain() -> None:
+    async def main() -> None:
+        async with peer_and_client() as (peer, ws, _):
+            rooms: list[int] = []
+            outbound = Outbound(event_bound=4, overflow=Overflow.WAIT)
+            link = Link(
+                ws, outbound, clock=SYSTEM_CLOCK, drain_timeout=2.0, on_drained=rooms.append
+            )
+            for n in range(3):
+                link.event(text(n))
+            while len(peer.received) < 3:
+                await asyncio.sleep(0.01)
+            assert rooms == [4]
+            link.feed(text(n) for n in range(10))
+            link.close(1000)
+            await link.wait_closed()
+            assert rooms == [4, 0, 0, 0]  # the feed holds the room until it is in; then closing
+
+    run(main)
+
+
 def test_put_event_waits_for_room_and_wait_room_returns_once_there_is_some() -> None:
     async def main() -> None:
         async with peer_and_client() as (peer, ws, _):

@@ -83,6 +83,8 @@ class Link:
         close_timeout: Clock seconds the closing handshake may take (default: the drain
             timeout).
         on_down: Called once, when the link goes down (not after a clean close).
+        on_drained: Called after each drain was written, with the events that may be queued
+            now (a sans-I/O core that sends on credit tops it up here).
         record: Called with each message as it is written (text as ``str``).
         name: How the logs name the link (never a URL's query).
     """
@@ -97,6 +99,7 @@ class Link:
         keepalive: Keepalive | None = None,
         close_timeout: float | None = None,
         on_down: Callable[[LinkDown], None] | None = None,
+        on_drained: Callable[[int], None] | None = None,
         record: Callable[[str | bytes], None] | None = None,
         name: str = "link",
     ) -> None:
@@ -116,6 +119,7 @@ class Link:
         self._drain_timeout = drain_timeout
         self._close_timeout = drain_timeout if close_timeout is None else close_timeout
         self._on_down = on_down
+        self._on_drained = on_drained
         self._record = record
         self._ready = asyncio.Event()
         self._room = asyncio.Event()
@@ -240,6 +244,8 @@ class Link:
                 await _write_frames(ws, batch.frames)
             self.drains += 1
             self.frames += len(batch.frames)
+            if self._on_drained is not None:
+                self._on_drained(self.outbound.room)
         if batch.close is None:
             return False
         try:
