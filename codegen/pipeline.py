@@ -9,7 +9,7 @@ from pathlib import Path
 from codegen.examples import check_examples
 from codegen.ir import Protocol, resolve
 from codegen.loader import Problem, SpecError, load
-from codegen.render import ROOT, Output, render
+from codegen.render import ROOT, Output, package_stub, render
 
 __all__ = ["SPEC_DIR", "Drift", "check", "generate", "load_protocols", "outputs"]
 
@@ -44,7 +44,7 @@ def load_protocols(root: Path = ROOT) -> list[Protocol]:
 
 def outputs(root: Path = ROOT) -> list[Output]:
     """Everything the specs produce, in a stable order."""
-    return [o for protocol in load_protocols(root) for o in render(protocol)]
+    return [o for protocol in load_protocols(root) for o in render(protocol)] + [package_stub()]
 
 
 def generate(root: Path = ROOT) -> list[str]:

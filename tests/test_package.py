@@ -14,15 +14,15 @@ from tests.conftest import ROOT
 
 # What both installs must show: every module, the data files, and a working decode.
 PROBE = r"""
-import importlib.resources, json, pkgutil, sys
+import json, os, pkgutil, sys
 import voxwire
 from voxwire import brisvox, ovp
 modules = sorted(m.name for m in pkgutil.walk_packages(voxwire.__path__, "voxwire."))
 data = sorted(
-    f"{package}/{name}"
-    for package in ("voxwire", "voxwire.brisvox", "voxwire.ovp")
+    f"{package.__name__}/{name}"
+    for package in (voxwire, brisvox, ovp)
     for name in ("py.typed", "schema.json")
-    if importlib.resources.files(package).joinpath(name).is_file()
+    if any(os.path.isfile(os.path.join(folder, name)) for folder in package.__path__)
 )
 message = brisvox.decode(b'{"type":"say","text":"hi"}', sender="agent")
 json.dump({
@@ -89,7 +89,9 @@ def test_wheel_in_a_fresh_venv_imports_like_the_editable_install(
     assert "voxwire.brisvox.codec" in from_wheel["modules"]  # type: ignore[operator]
     assert "voxwire._codec" in from_wheel["modules"]  # type: ignore[operator]
     assert from_wheel["data"] == [
+        "voxwire.brisvox/py.typed",
         "voxwire.brisvox/schema.json",
+        "voxwire.ovp/py.typed",
         "voxwire.ovp/schema.json",
         "voxwire/py.typed",
     ]

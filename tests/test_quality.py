@@ -41,7 +41,7 @@ def test_mypy_strict_on_the_package_as_the_wheel_lays_it_out(tmp_path: Path) -> 
         ROOT / "generated" / "voxwire",
         merged,
         dirs_exist_ok=True,
-        ignore=shutil.ignore_patterns("__pycache__"),
+        ignore=shutil.ignore_patterns("__pycache__", "__init__.pyi"),
     )
     shutil.copytree(
         ROOT / "benchmarks", tmp_path / "benchmarks", ignore=shutil.ignore_patterns("__pycache__")

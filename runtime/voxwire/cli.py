@@ -156,7 +156,7 @@ def _cmd_version(args: argparse.Namespace) -> int:
     print(f"voxwire {__version__}")
     for name in PROTOCOLS:
         module = _protocol_module(name)
-        title = module.__doc__.split(":", 1)[0]
+        title = f"{module.PROTOCOL_TITLE} {module.PROTOCOL_VERSION}"
         print(f"{name}: {title} (spec sha256 {module.SPEC_SHA256[:12]})")
     return 0
 

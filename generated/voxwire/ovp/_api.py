@@ -2,7 +2,7 @@
 # (sha256 047ee5cdd38280953bd73808ae9d6373d82cdd484d583299c096cd79e298d824).
 # Do not edit: change the spec or codegen/templates, then regenerate.
 
-"""Orbit Voice Protocol 1.0: typed messages, checks, the frame codec and constants.
+"""Orbit Voice Protocol 1.0, generated: typed messages, checks, the frame codec and constants.
 
 OVP connects a SIP call to an AI voice agent over one WebSocket: the voice gateway is the
 WebSocket server, the client a softphone, an SBC connector or a developer's application.
@@ -20,9 +20,9 @@ data = ovp.encode(message)
 ```
 """
 
-# The runtime adds modules of its own to this package (the transports); see voxwire/__init__.py.
-# (Spelled this way, documentation tools follow the join too.)
-__path__ = __import__("pkgutil").extend_path(__path__, __name__)
+# Every public name of the generated modules, in one place. The package's __init__ is
+# hand-written (runtime/voxwire/ovp/__init__.py) and re-exports this module, so that type
+# checkers find these names where users import them; see docs/architecture.md.
 
 from voxwire._codec import UnknownMessage
 from voxwire.ovp.codec import (
@@ -176,6 +176,9 @@ from voxwire.ovp.messages import (
     Word,
 )
 
+PROTOCOL_TITLE = "Orbit Voice Protocol"
+"""The protocol's name, as the spec gives it."""
+
 SPEC_SHA256 = "047ee5cdd38280953bd73808ae9d6373d82cdd484d583299c096cd79e298d824"
 """SHA-256 of the spec file this package was generated from."""
 
@@ -227,6 +230,7 @@ __all__ = [
     "PCM_BYTES_PER_FRAME",
     "PCM_BYTES_PER_MS",
     "PING_INTERVAL_MS",
+    "PROTOCOL_TITLE",
     "PROTOCOL_VERSION",
     "QUALITY_UPDATE_INTERVAL_MS",
     "RAISED_BY_PROTOCOL",

@@ -2,7 +2,7 @@
 # (sha256 10b290c431dbeee7562025d60bbdc83407095bfc4c1cb80aa51334932b2d05af).
 # Do not edit: change the spec or codegen/templates, then regenerate.
 
-"""Brisvox agent protocol 1: typed messages, checks and constants.
+"""Brisvox agent protocol 1, generated: typed messages, checks and constants.
 
 Links the brisvox voice engine, which runs a call's audio, turn taking, LLM and TTS, to an
 agent process that holds the application logic. The server connects out to the agent over
@@ -19,9 +19,9 @@ data = brisvox.encode(message)
 ```
 """
 
-# The runtime adds modules of its own to this package (the transports); see voxwire/__init__.py.
-# (Spelled this way, documentation tools follow the join too.)
-__path__ = __import__("pkgutil").extend_path(__path__, __name__)
+# Every public name of the generated modules, in one place. The package's __init__ is
+# hand-written (runtime/voxwire/brisvox/__init__.py) and re-exports this module, so that type
+# checkers find these names where users import them; see docs/architecture.md.
 
 from voxwire._codec import UnknownMessage
 from voxwire.brisvox.codec import (
@@ -174,6 +174,9 @@ from voxwire.brisvox.messages import (
     UserTranscript,
 )
 
+PROTOCOL_TITLE = "Brisvox agent protocol"
+"""The protocol's name, as the spec gives it."""
+
 SPEC_SHA256 = "10b290c431dbeee7562025d60bbdc83407095bfc4c1cb80aa51334932b2d05af"
 """SHA-256 of the spec file this package was generated from."""
 
@@ -230,6 +233,7 @@ __all__ = [
     "PLAINTEXT_SINGLE_LABEL",
     "PLAINTEXT_SUFFIXES",
     "PROTOCOL_NAME",
+    "PROTOCOL_TITLE",
     "PROTOCOL_VERSION",
     "RECONNECT_ATTEMPTS",
     "RECONNECT_BACKOFF_FACTOR",
