@@ -40,9 +40,10 @@ from websockets.asyncio.server import ServerConnection, serve
 from benchmarks.corpus import brisvox_server_corpus
 from voxwire.brisvox.agent import AgentServer, AgentSession, EventsDropped
 from voxwire.brisvox.codec import decode
-from voxwire.brisvox.core import Event, LinkSettings
 from voxwire.brisvox.engine import AgentTarget, EngineLink
+from voxwire.brisvox.engine_core import LinkSettings
 from voxwire.brisvox.messages import EventsLost
+from voxwire.brisvox.outputs import Event
 from voxwire.hosts import check_url
 
 __all__ = ["Throughput", "brisvox_transport_table", "run_brisvox_transport_benchmark"]

@@ -15,7 +15,6 @@ from websockets.asyncio.server import ServerConnection, serve
 from tests.peers.raw import DEADLINE, aio
 from voxwire import brisvox
 from voxwire.brisvox.agent import AgentServer, AgentSession, LinkClosed, Resumed, Tool, ToolContext
-from voxwire.brisvox.core import AgentAccepted, HandshakeFailed, LinkDown, ToolOutcome
 from voxwire.brisvox.engine import (
     AgentTarget,
     CABundleError,
@@ -26,6 +25,8 @@ from voxwire.brisvox.engine import (
     load_config,
     sip_user_part,
 )
+from voxwire.brisvox.engine_core import AgentAccepted, LinkDown, ToolOutcome
+from voxwire.brisvox.outputs import HandshakeFailed
 from voxwire.brisvox.testing import AgentCall, AgentRefused
 from voxwire.clock import ScaledClock
 from voxwire.hosts import InsecureURLError, check_url

@@ -30,15 +30,9 @@ import msgspec
 from msgspec import UNSET
 
 from voxwire import brisvox, ovp
-from voxwire.brisvox.core import (
-    AgentAccepted,
-    BadMessage,
-    EngineCore,
-    EngineState,
-    HandshakeFailed,
-    LinkSettings,
-)
-from voxwire.brisvox.core import Ignored as EngineIgnored
+from voxwire.brisvox.engine_core import AgentAccepted, EngineCore, EngineState, LinkSettings
+from voxwire.brisvox.outputs import BadMessage, HandshakeFailed
+from voxwire.brisvox.outputs import Ignored as EngineIgnored
 from voxwire.capture import CaptureError, CaptureHeader, Frame, read_capture
 from voxwire.errors import ProtocolError
 from voxwire.ovp.core import (
@@ -251,7 +245,7 @@ class _Brisvox:
         if engine is None:  # the capture begins with a resumption
             self._engine = self._new_engine(start, frame.t)
             return found
-        engine.connection_lost(frame.t, "a resumption follows")
+        engine.link_lost(frame.t, "a resumption follows")
         if engine.state is EngineState.GONE:
             found.append(
                 Violation(

@@ -42,6 +42,18 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from voxwire.brisvox._logs import websockets_logger
+from voxwire.brisvox.agent_core import (
+    AgentCore,
+    AgentOutput,
+    CommandAnswered,
+    CommandTimedOut,
+    Delivered,
+    EventReceived,
+    ResumeRegistry,
+    StartReceived,
+    ToolCallCancelled,
+    ToolCallStarted,
+)
 from voxwire.brisvox.constants import (
     AGENT_TOKEN_ENV,
     MAX_MESSAGE_BYTES,
@@ -53,24 +65,6 @@ from voxwire.brisvox.constants import (
     SDK_WRITE_TIMEOUT_MS,
     SIDE_EFFECT_GRACE_MS,
     SUPPORTED_VERSIONS,
-)
-from voxwire.brisvox.core import (
-    AgentCore,
-    AgentOutput,
-    BadMessage,
-    Command,
-    CommandAnswered,
-    CommandTimedOut,
-    Delivered,
-    EventBuffer,
-    EventReceived,
-    EventsDropped,
-    HandshakeFailed,
-    Ignored,
-    ResumeRegistry,
-    StartReceived,
-    ToolCallCancelled,
-    ToolCallStarted,
 )
 from voxwire.brisvox.errors import ErrorCode
 from voxwire.brisvox.messages import (
@@ -90,6 +84,14 @@ from voxwire.brisvox.messages import (
     ToolsSet,
     Transfer,
     TransferMode,
+)
+from voxwire.brisvox.outputs import (
+    BadMessage,
+    Command,
+    EventBuffer,
+    EventsDropped,
+    HandshakeFailed,
+    Ignored,
 )
 from voxwire.capture import CaptureWriter, Record, Recorder, open_recorder
 from voxwire.clock import SYSTEM_CLOCK, Clock

@@ -52,19 +52,14 @@ from voxwire.brisvox.constants import (
     MAX_SIP_USER_PART_LENGTH,
     RECONNECT_WINDOW_MS,
 )
-from voxwire.brisvox.core import (
+from voxwire.brisvox.engine_core import (
     AgentAccepted,
-    BadMessage,
     CommandReceived,
     EngineCore,
     EngineOutput,
     EngineState,
-    Event,
-    HandshakeFailed,
-    Ignored,
     LinkDown,
     LinkSettings,
-    SendPing,
     ToolCallQueued,
     ToolFinished,
     ToolOverdue,
@@ -78,6 +73,7 @@ from voxwire.brisvox.messages import (
     SessionUsage,
     ToolCancelReason,
 )
+from voxwire.brisvox.outputs import BadMessage, Event, HandshakeFailed, Ignored, SendPing
 from voxwire.capture import Record, open_recorder
 from voxwire.clock import SYSTEM_CLOCK, Clock
 from voxwire.hosts import CheckedURL, check_url
@@ -654,7 +650,7 @@ class EngineLink:
             for task in list(self._link_tasks):
                 task.cancel()
             if self.core.link == link:
-                self._apply(self.core.connection_lost(self.clock.now(), reason))
+                self._apply(self.core.link_lost(self.clock.now(), reason))
             self._ws = None
 
     async def _write(self, ws: ClientConnection, link: int) -> None:
@@ -670,7 +666,7 @@ class EngineLink:
                         await ws.send(text)
                 except TimeoutError:
                     log.warning("agent %s: a write timed out", self.target.url.redacted)
-                    self._apply(self.core.connection_lost(self.clock.now(), "a write timed out"))
+                    self._apply(self.core.link_lost(self.clock.now(), "a write timed out"))
                     ws.transport.abort()
                     return
                 except ConnectionClosed:

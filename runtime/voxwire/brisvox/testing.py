@@ -23,18 +23,15 @@ import contextlib
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, TypeVar
 
-from voxwire.brisvox.core import (
+from voxwire.brisvox.engine import AgentTarget, EngineLink, PendingTool
+from voxwire.brisvox.engine_core import (
     AgentAccepted,
-    Command,
     CommandReceived,
-    Event,
-    HandshakeFailed,
     LinkDown,
     LinkSettings,
     ToolFinished,
     ToolOverdue,
 )
-from voxwire.brisvox.engine import AgentTarget, EngineLink, PendingTool
 from voxwire.brisvox.messages import (
     BotLlmStarted,
     BotLlmStopped,
@@ -53,6 +50,7 @@ from voxwire.brisvox.messages import (
     UserText,
     UserTranscript,
 )
+from voxwire.brisvox.outputs import Command, Event, HandshakeFailed
 from voxwire.clock import SYSTEM_CLOCK, Clock
 from voxwire.hosts import check_url
 
