@@ -42,8 +42,7 @@ from voxwire.brisvox.agent import AgentServer, AgentSession, EventsDropped
 from voxwire.brisvox.codec import decode
 from voxwire.brisvox.engine import AgentTarget, EngineLink
 from voxwire.brisvox.engine_core import LinkSettings
-from voxwire.brisvox.messages import EventsLost
-from voxwire.brisvox.outputs import Event
+from voxwire.brisvox.messages import Event, EventsLost
 from voxwire.hosts import check_url
 
 __all__ = ["Throughput", "brisvox_transport_table", "run_brisvox_transport_benchmark"]

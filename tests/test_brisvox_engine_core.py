@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from typing import get_args
 
 import pytest
 
@@ -22,7 +21,7 @@ from voxwire.brisvox.engine_core import (
     ToolOverdue,
     backoff_factor,
 )
-from voxwire.brisvox.outputs import BadMessage, Command, Event, HandshakeFailed, Ignored, SendPing
+from voxwire.brisvox.outputs import BadMessage, HandshakeFailed, Ignored, SendPing
 from voxwire.sansio import Close
 
 LOOKUP = {
@@ -343,14 +342,3 @@ def test_the_backoff_doubles_within_the_attempts_and_the_window() -> None:
     assert 0.5 <= backoff_factor("a") <= 1.0 and backoff_factor("a") != backoff_factor("b")
     with pytest.raises(ValueError, match="factor"):
         Backoff(0.4, attempts=5, window=15.0)
-
-
-# -- the core's message groups follow the spec ---------------------------------------------------
-
-
-def test_the_event_and_command_unions_are_the_spec_groups() -> None:
-    """``core.Event`` is written by hand; the spec's EventType enum is what it must mirror."""
-    assert {cls.type for cls in get_args(Event)} == {e.value for e in brisvox.EventType}
-    # And the commands: exactly the messages carrying the spec's `command` field set.
-    commands = {cls for cls in get_args(brisvox.AgentMessage) if issubclass(cls, brisvox.Command)}
-    assert set(get_args(Command)) == commands

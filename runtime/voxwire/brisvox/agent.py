@@ -56,18 +56,26 @@ from voxwire.brisvox.agent_core import (
 )
 from voxwire.brisvox.constants import (
     AGENT_TOKEN_ENV,
+    END_COMMAND_EXTRA_MS,
+    LINK_CLOSED_REASON,
     MAX_MESSAGE_BYTES,
+    SDK_CLOSE_TIMEOUT_MS,
     SDK_COMMAND_TIMEOUT_MS,
     SDK_EVENT_QUEUE,
     SDK_HANDSHAKE_TIMEOUT_MS,
     SDK_MAX_SESSIONS,
     SDK_RESUME_WINDOW_MS,
+    SDK_SHUTDOWN_GRACE_MS,
+    SDK_UPGRADE_SLACK_MS,
     SDK_WRITE_TIMEOUT_MS,
     SIDE_EFFECT_GRACE_MS,
     SUPPORTED_VERSIONS,
+    TRANSFER_COMMAND_EXTRA_MS,
+    CloseCode,
 )
 from voxwire.brisvox.errors import ErrorCode
 from voxwire.brisvox.messages import (
+    Command,
     CommandResult,
     ContextMessage,
     ContextUpdate,
@@ -87,7 +95,6 @@ from voxwire.brisvox.messages import (
 )
 from voxwire.brisvox.outputs import (
     BadMessage,
-    Command,
     EventBuffer,
     EventsDropped,
     HandshakeFailed,
@@ -353,7 +360,9 @@ class AgentSession:
         if timeout is None:
             timeout = self._server.command_timeout
             if isinstance(command, End | Transfer):
-                timeout += 35.0 if isinstance(command, End) else 50.0
+                timeout += (
+                    END_COMMAND_EXTRA_MS if isinstance(command, End) else TRANSFER_COMMAND_EXTRA_MS
+                ) / 1000
         clock = self._server.clock
         actions = link.core.send_command(command, clock.now(), timeout)
         future: asyncio.Future[CommandResult] = asyncio.get_running_loop().create_future()
@@ -567,7 +576,8 @@ class AgentServer:
             process_request=self._check_request,
             compression=None,
             max_size=MAX_MESSAGE_BYTES,
-            open_timeout=self.clock.real_seconds(self.handshake_timeout) + 3.0,
+            open_timeout=self.clock.real_seconds(self.handshake_timeout)
+            + SDK_UPGRADE_SLACK_MS / 1000,
             logger=websockets_logger(f"{__name__}.websockets"),
         )
         if is_loopback(self.host):
@@ -595,7 +605,7 @@ class AgentServer:
         tasks = [t for t in self._tasks if not t.done()]
         if tasks:
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(1.0):
+                async with asyncio.timeout(SDK_SHUTDOWN_GRACE_MS / 1000):
                     await asyncio.gather(*tasks, return_exceptions=True)
         for task in self._tasks:
             task.cancel()
@@ -772,13 +782,16 @@ class AgentServer:
             log.warning("session %s: the resumption's accept was not written: %s", session.id, exc)
             return None  # still parked, with the same deadline
         if session._ended:
-            await self._close(link.ws, 1000, "the call ended")
+            await self._close(link.ws, CloseCode.NORMAL, "the call ended")
             return None
         self._registry.live(session.id)
         old = session._link
         if old is not None:  # a half-open link: the resumption takes the call over
             self._wind_down(session, old, "superseded by a resumed link")
-            self._spawn(self._close(old.ws, 1000, "superseded by a resumed link"), "brisvox-close")
+            self._spawn(
+                self._close(old.ws, CloseCode.NORMAL, "superseded by a resumed link"),
+                "brisvox-close",
+            )
         seen_seq = old.core.last_seq if old is not None else session._seen_seq
         session._link = link
         session.version = version
@@ -893,7 +906,7 @@ class AgentServer:
         link.core.closed()
         session._fail_pending(reason)
         for task, ctx in list(session._tools.values()):
-            ctx.cancel_reason = ctx.cancel_reason or "link_closed"
+            ctx.cancel_reason = ctx.cancel_reason or LINK_CLOSED_REASON
             ctx.cancelled.set()
             if ctx.call.kind is ToolKind.READ_ONLY:
                 task.cancel()
@@ -975,7 +988,7 @@ class AgentServer:
 
     async def _close(self, ws: ServerConnection, code: int, reason: str) -> None:
         with contextlib.suppress(TimeoutError, ConnectionClosed, OSError):
-            async with asyncio.timeout(2.0):
+            async with asyncio.timeout(SDK_CLOSE_TIMEOUT_MS / 1000):
                 await ws.close(code, reason)
 
     def _real_until(self, deadline: float | None) -> float | None:

@@ -28,11 +28,13 @@ from msgspec import UNSET
 from voxwire._codec import UnknownMessage, field_of_refused
 from voxwire._rules import JSON_SAFE_INTEGER
 from voxwire.brisvox.codec import decode, encode
-from voxwire.brisvox.constants import SDK_HANDSHAKE_TIMEOUT_MS, SUPPORTED_VERSIONS
+from voxwire.brisvox.constants import SDK_HANDSHAKE_TIMEOUT_MS, SUPPORTED_VERSIONS, CloseCode
 from voxwire.brisvox.errors import ErrorCode, ProtocolError
 from voxwire.brisvox.messages import (
+    Command,
     CommandResult,
     ErrorEvent,
+    Event,
     EventsLost,
     ServerMessage,
     SessionAccept,
@@ -48,8 +50,6 @@ from voxwire.brisvox.messages import (
 )
 from voxwire.brisvox.outputs import (
     BadMessage,
-    Command,
-    Event,
     HandshakeFailed,
     Ignored,
     Transition,
@@ -73,10 +73,6 @@ __all__ = [
     "ToolCallCancelled",
     "ToolCallStarted",
 ]
-
-_CLOSE_NORMAL: Final = 1000
-_CLOSE_PROTOCOL: Final = 1002
-_CLOSE_POLICY: Final = 1008
 
 
 class AgentState(Enum):
@@ -466,9 +462,9 @@ _ACTIONS: Final[Mapping[AgentAction, Callable[[AgentCore, _Step], list[AgentOutp
     AgentAction.OFFER: AgentCore._offer,
     AgentAction.DISARM: AgentCore._disarm,
     AgentAction.SEND_ANSWER: AgentCore._send_answer,
-    AgentAction.CLOSE_NORMAL: _close(_CLOSE_NORMAL, ""),
-    AgentAction.CLOSE_PROTOCOL: _close(_CLOSE_PROTOCOL, "expected session.start"),
-    AgentAction.CLOSE_POLICY: _close(_CLOSE_POLICY, "no session.start"),
+    AgentAction.CLOSE_NORMAL: _close(CloseCode.NORMAL, ""),
+    AgentAction.CLOSE_PROTOCOL: _close(CloseCode.PROTOCOL_ERROR, "expected session.start"),
+    AgentAction.CLOSE_POLICY: _close(CloseCode.POLICY, "no session.start"),
     AgentAction.FAIL: AgentCore._fail,
     AgentAction.FORGET: AgentCore._forget,
 }

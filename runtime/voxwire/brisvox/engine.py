@@ -51,6 +51,7 @@ from voxwire.brisvox.constants import (
     MAX_MESSAGE_BYTES,
     MAX_SIP_USER_PART_LENGTH,
     RECONNECT_WINDOW_MS,
+    CloseCode,
 )
 from voxwire.brisvox.engine_core import (
     AgentAccepted,
@@ -69,11 +70,12 @@ from voxwire.brisvox.messages import (
     CallIdentity,
     Capabilities,
     ErrorEvent,
+    Event,
     SessionAccept,
     SessionUsage,
     ToolCancelReason,
 )
-from voxwire.brisvox.outputs import BadMessage, Event, HandshakeFailed, Ignored, SendPing
+from voxwire.brisvox.outputs import BadMessage, HandshakeFailed, Ignored, SendPing
 from voxwire.capture import Record, open_recorder
 from voxwire.clock import SYSTEM_CLOCK, Clock
 from voxwire.hosts import CheckedURL, check_url
@@ -559,7 +561,7 @@ class EngineLink:
                     while not self.core.finished and self.core.state is EngineState.ENDING:
                         self._changed.clear()
                         await self._changed.wait()
-            await self._close_ws(ws, 1000, reason)
+            await self._close_ws(ws, CloseCode.NORMAL, reason)
         await self.close()
 
     async def close(self) -> None:

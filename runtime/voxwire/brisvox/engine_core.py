@@ -31,7 +31,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum, StrEnum
-from typing import Any, Final, TypeAlias, get_args
+from typing import Any, Final, TypeAlias
 
 import msgspec
 from msgspec import UNSET
@@ -53,20 +53,25 @@ from voxwire.brisvox.constants import (
     RECONNECT_BACKOFF_MAX_MS,
     RECONNECT_SERIES_RESET_MS,
     RECONNECT_WINDOW_MS,
+    RESERVED_TOOL_NAMES,
     SIDE_EFFECT_WAIT_MS,
     SILENCE_TIMEOUT_MS,
     SUPPORTED_VERSIONS,
     WRITE_TIMEOUT_MS,
+    CloseCode,
 )
 from voxwire.brisvox.errors import ErrorCode, ProtocolError
 from voxwire.brisvox.messages import (
+    COMMAND_TYPES,
     CallIdentity,
     Capabilities,
+    Command,
     CommandError,
     CommandResult,
     End,
     ErrorEvent,
     ErrorStage,
+    Event,
     EventsLost,
     ResumeInfo,
     ServerMessage,
@@ -84,8 +89,6 @@ from voxwire.brisvox.messages import (
 )
 from voxwire.brisvox.outputs import (
     BadMessage,
-    Command,
-    Event,
     EventBuffer,
     EventsDropped,
     HandshakeFailed,
@@ -115,11 +118,6 @@ __all__ = [
     "backoff_factor",
     "idempotency_key",
 ]
-
-_CLOSE_NORMAL: Final = 1000
-_CLOSE_GOING_AWAY: Final = 1001
-_CLOSE_PROTOCOL: Final = 1002
-_CLOSE_TOO_BIG: Final = 1009
 
 
 def _seconds(ms: int) -> float:
@@ -398,8 +396,6 @@ class _Step:
 
 _WIDEST: Final = b',"seq":%d,"t_ms":%d' % (JSON_SAFE_INTEGER, JSON_SAFE_INTEGER)
 _ITEM_PATH: Final = re.compile(r"\$\.(tools|events|context)\[(\d+)\]")
-_COMMAND_TYPES: Final = frozenset(cls.type for cls in get_args(Command))
-_RESERVED_TOOLS: Final = frozenset({"confirm_pending"})
 
 
 def _queue_form(message: ServerMessage) -> bytes:
@@ -752,7 +748,7 @@ class EngineCore:
             return out
         if now - self._last_heard >= self.settings.silence_timeout:
             reason = f"nothing heard for {self.settings.silence_timeout:g} s"
-            return [Close(_CLOSE_GOING_AWAY, "silence"), *self._lose(now, reason)]
+            return [Close(CloseCode.GOING_AWAY, "silence"), *self._lose(now, reason)]
         if self._next_ping is not None and now >= self._next_ping:
             out.append(SendPing())
             self._next_ping = now + self.settings.ping_interval
@@ -818,7 +814,7 @@ class EngineCore:
         return []
 
     def _close(self, step: _Step) -> list[EngineOutput]:
-        return [Close(_CLOSE_NORMAL, "call ended")]
+        return [Close(CloseCode.NORMAL, "call ended")]
 
     def _fail_tools(self, step: _Step) -> list[EngineOutput]:
         out: list[EngineOutput] = []
@@ -916,12 +912,13 @@ class EngineCore:
                 data = rest
                 continue
             if isinstance(message, SessionAccept):
-                reserved = [t for t in message.tools if t.name in _RESERVED_TOOLS]
+                reserved = [t for t in message.tools if t.name in RESERVED_TOOL_NAMES]
                 for tool in reserved:
                     problems.append(f"invalid_argument: tool name {tool.name!r} is reserved")
                 if reserved:
                     message = msgspec.structs.replace(
-                        message, tools=[t for t in message.tools if t.name not in _RESERVED_TOOLS]
+                        message,
+                        tools=[t for t in message.tools if t.name not in RESERVED_TOOL_NAMES],
                     )
             return message, problems
 
@@ -935,7 +932,7 @@ class EngineCore:
     ) -> list[EngineOutput]:
         """The handshake failed; a resumption may try again unless ``final``."""
         out: list[EngineOutput] = [
-            Close(_CLOSE_NORMAL if rejected else _CLOSE_PROTOCOL, "handshake failed")
+            Close(CloseCode.NORMAL if rejected else CloseCode.PROTOCOL_ERROR, "handshake failed")
         ]
         if self.accept is None or final or self._ending:
             out += self._step(EngineInput.GIVE_UP, _Step(now))
@@ -988,8 +985,8 @@ class EngineCore:
         valid id gets a failed command.result; anything else an error event (the spec's
         decision refused-command-bad-id)."""
         if exc.code is ErrorCode.TOO_LARGE and exc.message_type is None:
-            return [Close(_CLOSE_TOO_BIG, "message too large"), BadMessage(exc, answered=True)]
-        if exc.message_type in _COMMAND_TYPES:
+            return [Close(CloseCode.TOO_LARGE, "message too large"), BadMessage(exc, answered=True)]
+        if exc.message_type in COMMAND_TYPES:
             command_id = field_of_refused(data, "id")
             result = CommandResult(
                 seq=0,

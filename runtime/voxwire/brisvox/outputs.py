@@ -11,36 +11,14 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import Generic, TypeAlias, TypeVar
+from typing import Generic, TypeVar
 
 from voxwire.brisvox.constants import MAX_REFUSAL_BYTES
 from voxwire.brisvox.errors import ProtocolError
-from voxwire.brisvox.messages import (
-    BotLlmStarted,
-    BotLlmStopped,
-    BotText,
-    BotTtsStopped,
-    BotTtsText,
-    ContextUpdate,
-    End,
-    Say,
-    SessionReject,
-    ToolsSet,
-    Transfer,
-    TurnBotEnded,
-    TurnBotStarted,
-    TurnInterrupted,
-    TurnMetrics,
-    TurnUserEnded,
-    TurnUserStarted,
-    UserText,
-    UserTranscript,
-)
+from voxwire.brisvox.messages import SessionReject
 
 __all__ = [
     "BadMessage",
-    "Command",
-    "Event",
     "EventBuffer",
     "EventsDropped",
     "HandshakeFailed",
@@ -50,26 +28,6 @@ __all__ = [
     "refusal_text",
     "transition_table",
 ]
-
-Command: TypeAlias = Say | End | Transfer | ContextUpdate | ToolsSet
-"""Every command an agent may send after the handshake."""
-
-Event: TypeAlias = (
-    TurnUserStarted
-    | TurnUserEnded
-    | TurnBotStarted
-    | TurnBotEnded
-    | TurnInterrupted
-    | TurnMetrics
-    | UserTranscript
-    | UserText
-    | BotLlmStarted
-    | BotText
-    | BotLlmStopped
-    | BotTtsText
-    | BotTtsStopped
-)
-"""The 13 subscribable call events (``session.accept.events``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,8 @@ from voxwire.brisvox.messages import (
     BotTtsText,
     CallIdentity,
     Capabilities,
+    Command,
+    Event,
     SessionAccept,
     ToolDeclaration,
     TurnBotEnded,
@@ -50,7 +52,7 @@ from voxwire.brisvox.messages import (
     UserText,
     UserTranscript,
 )
-from voxwire.brisvox.outputs import Command, Event, HandshakeFailed
+from voxwire.brisvox.outputs import HandshakeFailed
 from voxwire.clock import SYSTEM_CLOCK, Clock
 from voxwire.hosts import check_url
 
