@@ -6,9 +6,11 @@ import difflib
 from dataclasses import dataclass
 from pathlib import Path
 
+from codegen.diagrams import load_flows
 from codegen.examples import check_examples
 from codegen.ir import Protocol, resolve
 from codegen.loader import Problem, SpecError, load
+from codegen.reference import diagram_pages
 from codegen.render import ROOT, Output, package_stub, render
 
 __all__ = ["SPEC_DIR", "Drift", "check", "generate", "load_protocols", "outputs"]
@@ -36,6 +38,10 @@ def load_protocols(root: Path = ROOT) -> list[Protocol]:
             problems += exc.problems
             continue
         problems += check_examples(protocol, raw)
+        try:
+            load_flows(protocol, root)
+        except SpecError as exc:
+            problems += exc.problems
         protocols.append(protocol)
     if problems:
         raise SpecError(problems)
@@ -44,7 +50,13 @@ def load_protocols(root: Path = ROOT) -> list[Protocol]:
 
 def outputs(root: Path = ROOT) -> list[Output]:
     """Everything the specs produce, in a stable order."""
-    return [o for protocol in load_protocols(root) for o in render(protocol)] + [package_stub()]
+    found = []
+    for protocol in load_protocols(root):
+        found += render(protocol)
+        pages = diagram_pages(protocol, load_flows(protocol, root))
+        found += [Output(path, text) for path, text in pages]
+    found.append(package_stub())
+    return sorted(found, key=lambda o: o.path)
 
 
 def generate(root: Path = ROOT) -> list[str]:
