@@ -200,14 +200,11 @@ class _Checker:
         return str(kind)
 
     def close(self, close: str, at: tuple[str | int, ...]) -> str:
-        constants = {c.name: c for c in self.p.constants}
-        if close in constants and close.endswith("close_code"):
-            return f"close {constants[close].value} ({close})"
-        if close.isdigit() and 1000 <= int(close) <= 4999:
-            return f"close {close}"
-        names = sorted(c for c in constants if c.endswith("close_code"))
-        known = ", ".join(names) or "none"
-        self.fail(at, f"{close!r} is neither a close-code constant ({known}) nor a code 1000..4999")
+        codes = {c.name: c for c in self.p.close_codes}
+        if close in codes:
+            return f"close {codes[close].code} ({close})"
+        known = ", ".join(codes) or "none"
+        self.fail(at, f"no close code {close!r} in the spec (known: {known})")
         return f"close {close}"
 
 
@@ -325,9 +322,9 @@ def sequence_svg(flow: Flow) -> str:
             y += 46
             continue
         lines = _wrap(step.label, right - left - 16)
-        height = 12 + 16 * len(lines)
+        note_height = 12 + 16 * len(lines)
         rows.append(
-            f'<rect x="{left:.1f}" y="{y + 4:.1f}" width="{right - left:.1f}" height="{height}"'
+            f'<rect x="{left:.1f}" y="{y + 4:.1f}" width="{right - left:.1f}" height="{note_height}"'
             f' rx="3" fill="{_NOTE}" stroke="{_NOTE_EDGE}"/>'
         )
         for n, line in enumerate(lines):
@@ -336,7 +333,7 @@ def sequence_svg(flow: Flow) -> str:
                 f' text-anchor="middle" font-size="12" {_FONT} fill="{_INK}"'
                 f' class="step step-note">{escape(line)}</text>'
             )
-        y += height + 14
+        y += note_height + 14
     height = y + 20
     for pid in ids:
         x = xs[pid]
