@@ -38,6 +38,7 @@ from websockets.asyncio.client import connect
 from websockets.asyncio.server import ServerConnection, serve
 
 from benchmarks.corpus import brisvox_server_corpus
+from benchmarks.timing import run
 from voxwire.brisvox.agent import AgentServer, AgentSession, EventsDropped
 from voxwire.brisvox.codec import decode
 from voxwire.brisvox.engine import AgentTarget, EngineLink
@@ -238,7 +239,7 @@ async def _run(events: int, rounds: int) -> list[Throughput]:
 def run_brisvox_transport_benchmark(events: int, rounds: int) -> list[Throughput]:
     """voxwire's engine-to-agent link, then the bare websockets pair: the median of ``rounds``
     interleaved rounds of ``events`` events each."""
-    return asyncio.run(_run(events, rounds))
+    return run(_run(events, rounds))
 
 
 def brisvox_transport_table(results: list[Throughput]) -> str:
@@ -261,4 +262,4 @@ def brisvox_transport_table(results: list[Throughput]) -> str:
 
 
 if __name__ == "__main__":
-    asyncio.run({"agent": _serve_agent, "bare": _serve_bare}[sys.argv[1]]())
+    run({"agent": _serve_agent, "bare": _serve_bare}[sys.argv[1]]())

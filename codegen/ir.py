@@ -170,6 +170,8 @@ class Field:
     not_blank: bool
     unique_by: str | None
     code: str | None
+    stamped: bool
+    """The sending end's core fills it: a typed send does not take it."""
     description: str
     source: str | None
     decisions: tuple[Decision, ...]
@@ -224,6 +226,8 @@ class Message:
     decisions: tuple[Decision, ...]
     base: FieldSet | None
     """The one field set the message's shared fields come from (its base class), if one."""
+    stamped: bool
+    """The sending end's core builds and sends it whole: no typed send method."""
 
     @property
     def own_fields(self) -> tuple[Field, ...]:
@@ -245,6 +249,8 @@ class FieldSet:
 @dataclass(frozen=True)
 class Sender:
     id: str
+    role: str
+    """The runtime role that is this end (``engine``, ``gateway``): the typed API's name."""
     title: str
     description: str
     union_name: str
@@ -449,6 +455,7 @@ class _Resolver:
         senders = tuple(
             Sender(
                 id=s["id"],
+                role=s.get("role", s["id"]),
                 title=s["title"],
                 description=s["description"],
                 union_name=names.sender_union(s["id"]),
@@ -864,6 +871,7 @@ class _Resolver:
             not_blank=bool(f.get("not_blank")),
             unique_by=unique_by,
             code=f.get("code"),
+            stamped=f.get("stamped", False),
             description=f["description"].strip(),
             source=f.get("source"),
             decisions=self._decisions(f, path, f"{owner}, field {f['name']}"),
@@ -1008,6 +1016,7 @@ class _Resolver:
         base = self.field_sets.get(sets[0]) if len(set(sets)) == 1 else None
         return Message(
             base=base,
+            stamped=m.get("stamped", False),
             type=m["type"],
             class_name=m.get("name") or names.class_name(m["type"]),
             senders=tuple(m["senders"]),

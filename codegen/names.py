@@ -8,6 +8,10 @@ import re
 __all__ = [
     "CLOSE_CODE",
     "END_REASONS",
+    "ON",
+    "ON_HOOK",
+    "SEND_HOOK",
+    "SENT",
     "attribute",
     "carried_by",
     "check_function",
@@ -25,6 +29,9 @@ __all__ = [
     "frame_size",
     "module_path",
     "raised_by",
+    "role_receives",
+    "role_sends",
+    "send_method",
     "sender_union",
     "union_types",
 ]
@@ -92,6 +99,34 @@ def carried_by(carrier: str) -> str:
 def raised_by(origin: str) -> str:
     """``protocol`` -> ``RAISED_BY_PROTOCOL``: the codes only that side raises."""
     return f"RAISED_BY_{origin.upper()}"
+
+
+def role_sends(role: str) -> str:
+    """``client`` -> ``ClientSends``: a typed send method per message the role sends."""
+    return class_name(role) + "Sends"
+
+
+def role_receives(role: str) -> str:
+    """``client`` -> ``ClientReceives``: the typed ``on()`` of what the role receives."""
+    return class_name(role) + "Receives"
+
+
+def send_method(wire_type: str) -> str:
+    """``agent.input`` -> ``send_agent_input``: a role's typed send of one message."""
+    return "send_" + "_".join(_WORD.findall(wire_type)).lower()
+
+
+SEND_HOOK = "_send"
+"""The hook every typed send calls: ``_send(kind, fields)``, the adapter's one send path."""
+
+ON_HOOK = "_on"
+"""The hook the typed ``on()`` calls once the type is checked: ``_on(message_type, handler)``."""
+
+ON = "on"
+"""The typed handler registration of a role."""
+
+SENT = "Sent"
+"""The type variable of what a role's send hook returns (None, an awaitable, a result)."""
 
 
 def sender_union(sender_id: str) -> str:

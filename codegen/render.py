@@ -28,6 +28,7 @@ from codegen.pymodel import (
     PyModel,
     build,
     build_frames,
+    build_roles,
     docstring,
     wrap,
 )
@@ -104,6 +105,7 @@ def render(protocol: Protocol) -> list[Output]:
     }
     if protocol.frames:
         modules["frames.py"] = _frames(protocol, header)
+    modules["roles.py"] = _roles(protocol, header)
     modules["_api.py"] = _init(protocol, header, modules)
     modules["__init__.pyi"] = _package_stub(header, package.removeprefix("generated/"), "_api")
     outputs = [
@@ -479,6 +481,32 @@ def _frames(p: Protocol, header: str) -> str:
         frames=views,
         frame_enums=frame_enums,
         enum_sets=enum_sets,
+        exports=_sorted_all(exports),
+    )
+
+
+def _roles(p: Protocol, header: str) -> str:
+    model = build_roles(p)
+    exports = [c for r in model.roles for c in (r.sends_class, r.receives_class)]
+    intro = docstring(
+        "A hand-written adapter inherits its role's mixins: the ``*Sends`` one gives it a typed "
+        "send method per message the role may send (keyword arguments: the message's own "
+        "fields; the core adds the envelope), the ``*Receives`` one a typed ``on()`` that takes "
+        "only the types the other end sends and calls a handler with that class. A message of "
+        "the wrong direction has no method, and ``on()`` refuses its type."
+    )
+    return _TEMPLATES.get_template("roles.py.j2").render(
+        header=header,
+        p=p,
+        intro=intro,
+        roles=model.roles,
+        type_imports=model.type_imports,
+        uses_unset=model.uses_unset,
+        uses_datetime=model.uses_datetime,
+        sent=names.SENT,
+        send_hook=names.SEND_HOOK,
+        on_hook=names.ON_HOOK,
+        on=names.ON,
         exports=_sorted_all(exports),
     )
 

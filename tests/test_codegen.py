@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import ast
+import importlib
+import inspect
+import json
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import get_args
+from typing import Any, get_args
 
+import msgspec
 import pytest
 
-from codegen.pipeline import check, outputs
+from codegen.ir import Protocol
+from codegen.pipeline import check, load_protocols, outputs
 from codegen.render import package_stub
 from tests.conftest import ROOT
+from tests.typecheck.stubs import Agent, Client, Engine, Gateway
 
 COPIED = ("spec", "codegen", "generated", "docs/reference", "pyproject.toml")
 
@@ -151,3 +157,79 @@ def test_close_codes_and_code_sets_come_from_the_spec() -> None:
     assert ovp.END_REASONS[ovp.ErrorCode.OVP_SPEND_CAP_EXCEEDED] is ovp.SessionEndReason.SPEND_CAP
     assert "confirm_pending" in brisvox.RESERVED_TOOL_NAMES
     assert brisvox.END_COMMAND_EXTRA_MS == 35000 and brisvox.TRANSFER_COMMAND_EXTRA_MS == 50000
+
+
+# -- the typed API per role (generated roles.py), against minimal adapters ----------------------
+
+ROLE_STUBS = {("ovp", "client"): Client, ("ovp", "server"): Gateway}
+ROLE_STUBS |= {("brisvox", "agent"): Agent, ("brisvox", "server"): Engine}
+
+
+def _sends(adapter: type[Any]) -> dict[str, inspect.Signature]:
+    return {
+        name: inspect.signature(getattr(adapter, name))
+        for name in dir(adapter)
+        if name.startswith("send_")
+    }
+
+
+@pytest.mark.parametrize("protocol", load_protocols(ROOT), ids=lambda p: p.id)
+def test_each_role_has_a_send_per_message_it_sends_taking_all_but_the_envelope(
+    protocol: Protocol,
+) -> None:
+    for sender in protocol.senders:
+        methods = _sends(ROLE_STUBS[protocol.id, sender.id])
+        wanted = {}
+        for m in sender.messages:
+            if not m.stamped:
+                own = [f.py_name for f in m.fields if f not in sender.envelope and not f.stamped]
+                wanted[f"send_{m.type.replace('.', '_')}"] = own
+        assert {name: list(s.parameters)[1:] for name, s in methods.items()} == wanted
+        for signature in methods.values():  # keyword arguments only
+            assert all(p.kind is p.KEYWORD_ONLY for p in list(signature.parameters.values())[1:])
+
+
+@pytest.mark.parametrize("protocol", load_protocols(ROOT), ids=lambda p: p.id)
+def test_a_typed_send_of_every_example_rebuilds_it(protocol: Protocol) -> None:
+    """Each spec example, taken apart into a typed send's arguments, reaches the hook as the
+    message class and the fields that, with the envelope and stamped fields the core adds, make
+    the same message again."""
+    module = importlib.import_module(f"voxwire.{protocol.id}")
+    for sender in protocol.senders:
+        adapter = ROLE_STUBS[protocol.id, sender.id]()
+        for m in sender.messages:
+            if m.stamped:
+                continue
+            filled = [f.py_name for f in m.fields if f in sender.envelope or f.stamped]
+            for example in m.examples:
+                message = module.decode(json.dumps(example.json), sender=sender.id)
+                method = getattr(adapter, f"send_{m.type.replace('.', '_')}")
+                arguments = {
+                    name: getattr(message, name)
+                    for name in list(inspect.signature(method).parameters)
+                    if getattr(message, name) is not msgspec.UNSET
+                }
+                method(**arguments)
+                kind, fields = adapter.sent[-1]
+                assert kind is type(message)
+                core = {name: getattr(message, name) for name in filled}
+                assert kind(**fields, **core) == message, example.description
+
+
+def test_on_takes_what_the_other_end_sends_and_names_the_role_when_it_refuses() -> None:
+    client = Client()
+    client.on("transcript.final", print)
+    assert client.handlers == {"transcript.final": print}
+    with pytest.raises(ValueError, match=r"'transcript.finall' is not a message type the client"):
+        client.on("transcript.finall", print)  # type: ignore[call-overload]
+    with pytest.raises(ValueError, match=r"the client sends 'agent.input' and never receives it"):
+        client.on("agent.input", print)  # type: ignore[call-overload]
+    gateway = Gateway()
+    gateway.on("screen.share", print)  # both ends send it: each receives it
+    with pytest.raises(ValueError, match=r"the gateway sends 'agent\.output'"):
+        gateway.on("agent.output", print)  # type: ignore[call-overload]
+    engine = Engine()
+    with pytest.raises(ValueError, match=r"the engine sends 'user\.text'"):
+        engine.on("user.text", print)  # type: ignore[call-overload]
+    # A typed send returns what the adapter's hook returns.
+    assert Gateway().send_agent_output(turn_id="t1", text="Hi.", final=True) == 1

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Action", "Close", "SendBinary", "SendText"]
+__all__ = ["Action", "Close", "Ignored", "SendBinary", "SendText"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +34,14 @@ class Close:
 
     code: int
     reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Ignored:
+    """Input the protocol says to drop without an answer (logged at DEBUG and counted, never
+    silent); one class for both protocols' cores."""
+
+    what: str
 
 
 Action = SendText | SendBinary | Close
