@@ -324,8 +324,8 @@ def sequence_svg(flow: Flow) -> str:
         lines = _wrap(step.label, right - left - 16)
         note_height = 12 + 16 * len(lines)
         rows.append(
-            f'<rect x="{left:.1f}" y="{y + 4:.1f}" width="{right - left:.1f}" height="{note_height}"'
-            f' rx="3" fill="{_NOTE}" stroke="{_NOTE_EDGE}"/>'
+            f'<rect x="{left:.1f}" y="{y + 4:.1f}" width="{right - left:.1f}"'
+            f' height="{note_height}" rx="3" fill="{_NOTE}" stroke="{_NOTE_EDGE}"/>'
         )
         for n, line in enumerate(lines):
             rows.append(
