@@ -103,6 +103,28 @@ def test_everything_queued_in_one_wakeup_goes_out_in_one_drain_in_order() -> Non
     run(main)
 
 
+@pytest.mark.parametrize("burst", [256, 257, 10_000])
+def test_a_burst_over_the_event_bound_is_written_up_to_it_and_the_rest_reported(burst: int) -> None:
+    def lost(count: int) -> SendText:
+        return SendText(b'{"lost":%d}' % count)
+
+    async def main() -> None:
+        async with peer_and_client() as (peer, ws, _):
+            outbound = Outbound(event_bound=256, overflow=Overflow.DROP, report_lost=lost)
+            link = Link(ws, outbound, clock=SYSTEM_CLOCK, drain_timeout=2.0)
+            puts = [link.event(text(n)) for n in range(burst)]  # one burst: the writer sleeps
+            assert puts.count(Put.QUEUED) == 256 and puts.count(Put.DROPPED) == burst - 256
+            link.close(1000)
+            await link.wait_closed()
+            await peer.closed.wait()
+            expected = [text(n).data.decode() for n in range(256)]
+            if burst > 256:
+                expected.append(f'{{"lost":{burst - 256}}}')
+            assert peer.received == expected
+
+    run(main)
+
+
 def test_a_replay_of_4096_events_streams_through_a_bound_of_1024() -> None:
     async def main() -> None:
         async with peer_and_client() as (peer, ws, _):

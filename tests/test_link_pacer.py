@@ -46,7 +46,7 @@ def test_ticks_sit_on_a_grid_and_a_late_sender_is_told_what_it_owes() -> None:
         clock = ScaledClock(1.0)
         pacer = Pacer(PERIOD, clock)
         first = await pacer.tick()
-        assert clock.now() >= pacer.origin + first * PERIOD
+        assert clock.now() >= pacer.origin + first * PERIOD - 0.002  # uvloop: ms timers
         await asyncio.sleep(PERIOD * 5.5)  # a busy sender misses ticks
         due = await pacer.tick()
         assert due - first >= 6

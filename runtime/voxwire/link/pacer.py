@@ -42,6 +42,7 @@ class Pacer:
         self.origin = clock.now()
         self.wakeups = 0
         """Ticks fired so far (one loop wakeup each, whatever the number of senders)."""
+        self._fired = -1  # the number of the last tick fired
         self._next: asyncio.Future[int] | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -60,11 +61,12 @@ class Pacer:
     async def _run(self) -> None:
         clock = self.clock
         while True:
-            due = self.index(clock.now()) + 1
+            due = max(self._fired, self.index(clock.now())) + 1
             await clock.sleep(self.origin + due * self.period - clock.now())
             future, self._next = self._next, None
             if future is None:
                 return  # a tick nobody waited for: stop until a sender comes back
             self.wakeups += 1
+            self._fired = max(due, self.index(clock.now()))  # a timer may fire a little early
             if not future.done():
-                future.set_result(max(due, self.index(clock.now())))
+                future.set_result(self._fired)
