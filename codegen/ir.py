@@ -18,6 +18,7 @@ from codegen.loader import PathT, Problem, RawSpec, SpecError
 
 __all__ = [
     "JSON_SAFE_INTEGER",
+    "Acceptance",
     "Bound",
     "CloseCode",
     "Constant",
@@ -50,6 +51,15 @@ _FRAME_SIZES = {"u8": 1, "u16": 2, "u32": 4, "u64": 8}
 
 
 @dataclass(frozen=True)
+class Acceptance:
+    """A finding of ``python -m codegen breaking`` that a decision accepts (None: any)."""
+
+    rule: str
+    message: str | None
+    field: str | None
+
+
+@dataclass(frozen=True)
 class Decision:
     id: str
     quote: str
@@ -57,6 +67,8 @@ class Decision:
     decision: str
     subject: str
     """What it is about, for the docs: ``message say, field text``."""
+    accepts: tuple[Acceptance, ...] = ()
+    """The breaking changes it records as accepted (docs/evolution.md)."""
 
 
 @dataclass(frozen=True)
@@ -569,8 +581,12 @@ class _Resolver:
             if d["id"] in self.decision_lines:
                 continue  # a duplicate, reported by run() in file order
             self.decision_lines[d["id"]] = self.raw.line(where)
+            accepts = tuple(
+                Acceptance(a["rule"], a.get("message"), a.get("field"))
+                for a in d.get("accepts", [])
+            )
             decision = Decision(
-                d["id"], d["quote"].strip(), d["source"], d["decision"].strip(), subject
+                d["id"], d["quote"].strip(), d["source"], d["decision"].strip(), subject, accepts
             )
             self.decisions.append(decision)
             out.append(decision)
