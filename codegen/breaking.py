@@ -108,6 +108,8 @@ RULES: Final[dict[str, RuleInfo]] = {
     ),
     "FRAME_FLAGS_CHANGED": RuleInfo("wire", "a frame field's flag bits changed"),
     "FRAME_CONST_CHANGED": RuleInfo("wire", "a frame field's constant value changed"),
+    "CLOSE_CODE_REMOVED": RuleInfo("wire", "a WebSocket close code is gone"),
+    "CLOSE_CODE_CHANGED": RuleInfo("wire", "a close code's number changed"),
     "CONSTANT_CHANGED": RuleInfo("wire", "a protocol constant's value changed"),
     "TIMING_CHANGED": RuleInfo("wire", "a timing constant's value changed"),
     "TRANSPORT_CHANGED": RuleInfo("wire", "the subprotocol or endpoint changed"),
@@ -115,6 +117,7 @@ RULES: Final[dict[str, RuleInfo]] = {
     "FIELD_ATTRIBUTE_RENAMED": RuleInfo("api", "a field's Python attribute has a new name"),
     "ENUM_MEMBER_RENAMED": RuleInfo("api", "an enum value's Python member has a new name"),
     "ERROR_CODE_MEMBER_RENAMED": RuleInfo("api", "an error code's Python member has a new name"),
+    "CLOSE_CODE_MEMBER_RENAMED": RuleInfo("api", "a close code's Python member has a new name"),
     "CONSTANT_REMOVED": RuleInfo("api", "a generated constant is gone"),
     "CONSTANT_RENAMED": RuleInfo("api", "a constant's Python name changed"),
 }
@@ -124,6 +127,7 @@ _SUBJECTS: Final = (
     ("CONSTANT_", "constant"),
     ("TIMING_", "constant"),
     ("ERROR_CODE_", "error code"),
+    ("CLOSE_CODE_", "close code"),
     ("TRANSPORT_", "transport"),
 )
 """What ``field`` names in a finding about no message."""
@@ -240,6 +244,7 @@ def _accepted_by(new: Protocol, finding: Finding) -> str | None:
 def _compare(old: Protocol, new: Protocol) -> Iterator[Finding]:
     yield from _messages(old, new)
     yield from _errors(old, new)
+    yield from _close_codes(old, new)
     yield from _constants(old, new)
     yield from _frames(old, new)
     for key in ("subprotocol", "endpoint"):
@@ -726,6 +731,40 @@ def _errors(old: Protocol, new: Protocol) -> Iterator[Finding]:
                 None,
                 e.code,
                 f"ErrorCode.{e.py_name} is now ErrorCode.{after[e.code].py_name}",
+            )
+
+
+def _close_codes(old: Protocol, new: Protocol) -> Iterator[Finding]:
+    after = {c.name: c for c in new.close_codes}
+    for c in old.close_codes:
+        now = after.get(c.name)
+        if now is None:
+            yield Finding(
+                "CLOSE_CODE_REMOVED",
+                "old_senders",
+                new.id,
+                None,
+                c.name,
+                f"close code {c.name} ({c.code}) is gone: new peers do not expect it",
+            )
+            continue
+        if now.code != c.code:
+            yield Finding(
+                "CLOSE_CODE_CHANGED",
+                "both",
+                new.id,
+                None,
+                c.name,
+                f"close code {c.name} is {now.code}, not {c.code}",
+            )
+        if now.py_name != c.py_name:
+            yield Finding(
+                "CLOSE_CODE_MEMBER_RENAMED",
+                "users",
+                new.id,
+                None,
+                c.name,
+                f"CloseCode.{c.py_name} is now CloseCode.{now.py_name}",
             )
 
 

@@ -464,6 +464,15 @@ CASES: list[tuple[str, Mutation, str, str, str | None, str | None]] = [
         "AudioFrame",
         "version",
     ),
+    # close codes
+    (
+        "ovp",
+        lambda d: _item(d, "close_codes", "too_large").update(code=1010),
+        "CLOSE_CODE_CHANGED",
+        "both",
+        None,
+        "too_large",
+    ),
     # constants and timings
     (
         "ovp",
@@ -565,6 +574,8 @@ def test_every_rule_has_a_case_or_a_reason() -> None:
         "FIELD_ATTRIBUTE_RENAMED",
         "ERROR_CODE_MEMBER_RENAMED",
         "CONSTANT_RENAMED",
+        "CLOSE_CODE_REMOVED",
+        "CLOSE_CODE_MEMBER_RENAMED",
     }
     assert set(RULES) - covered == elsewhere
 
