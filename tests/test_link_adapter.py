@@ -158,7 +158,7 @@ def test_on_drained_tells_the_room_after_each_drain() -> None:
             link.feed(text(n) for n in range(10))
             link.close(1000)
             await link.wait_closed()
-            assert rooms == [4, 0, 0, 0]  # the feed holds the room until it is in; then closing
+            assert rooms == [4, 0, 0]  # the feed holds the room until it is in; the close: none
 
     run(main)
 

@@ -2,8 +2,11 @@
 connection, on a ``websockets`` asyncio :class:`~websockets.asyncio.connection.Connection`.
 
 It owns no protocol rule: the role encodes its messages (so checks them, in its own task),
-hands the bytes to :class:`Link`, and feeds every frame it reads to :meth:`Link.heard`. The
-writer writes everything queued in one wakeup as one socket write, under one drain timeout.
+hands the bytes to :class:`Link`, and feeds every frame it reads to :meth:`Link.heard`.
+Everything queued in one turn of the event loop is written once that turn ends, as one socket
+write (a loop callback, no task switch); while the socket's buffer is over its high-water mark
+the writer task waits for it to drain, under one drain timeout, and writes what queued meanwhile
+as the next batch.
 If anything goes wrong on the way out (the drain timeout, the connection, silence past the
 keepalive bound, a control queue the peer does not read, any other error) the link goes down
 once, visibly: the transport is aborted (the role's reader sees the connection end), it is
@@ -35,11 +38,12 @@ from enum import Enum
 
 from websockets.asyncio.connection import Connection
 from websockets.exceptions import ConnectionClosed
+from websockets.protocol import State
 
 from voxwire.clock import Clock
 from voxwire.link.keepalive import Keepalive, KeepaliveAction
-from voxwire.link.outbound import Batch, Frame, Outbound, Put
-from voxwire.sansio import SendText
+from voxwire.link.outbound import Frame, Outbound, Put
+from voxwire.sansio import Close, SendText
 
 __all__ = ["DownCause", "Link", "LinkDown"]
 
@@ -78,7 +82,8 @@ class Link:
         ws: The open connection (made with ``ping_interval=None``: the keepalive is here).
         outbound: The connection's queue, configured by the role.
         clock: The clock the timers follow.
-        drain_timeout: Clock seconds one drain (everything queued at one wakeup) may take.
+        drain_timeout: Clock seconds a batch (everything queued in one loop turn) may take to
+            drain from the socket's buffer once it is over its high-water mark.
         keepalive: The ping and silence policy; None for no keepalive.
         close_timeout: Clock seconds the closing handshake may take (default: the drain
             timeout).
@@ -111,7 +116,7 @@ class Link:
         self.down: LinkDown | None = None
         """Why the link went down, once it did."""
         self.drains = 0
-        """Drains written (each one socket write of one or more frames)."""
+        """Batches written (each one socket write of one or more frames)."""
         self.frames = 0
         """Frames written."""
         self.pings = 0
@@ -121,7 +126,11 @@ class Link:
         self._on_down = on_down
         self._on_drained = on_drained
         self._record = record
-        self._ready = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+        self._flush_due = False  # a flush is scheduled for the end of this loop turn
+        self._waiting = False  # the writer task owns the socket: it waits for a drain or closes
+        self._closing: Close | None = None
+        self._kick = asyncio.Event()
         self._room = asyncio.Event()
         self._pings: set[asyncio.Task[None]] = set()
         self._writer = asyncio.create_task(self._write(), name=f"{name} writer")
@@ -175,7 +184,7 @@ class Link:
     def close(self, code: int, reason: str = "", final: Sequence[Frame] = ()) -> None:
         """Queue ``final`` and the close after everything queued before."""
         self.outbound.close(code, reason, final)
-        self._ready.set()
+        self._schedule()
 
     async def wait_closed(self) -> None:
         """Wait until the writer is done: the close was written, or the link went down."""
@@ -200,7 +209,7 @@ class Link:
 
     def _queued(self, put: Put) -> Put:
         if put is Put.QUEUED:
-            self._ready.set()
+            self._schedule()
         elif put is Put.OVERFLOWED:
             self._go_down(
                 DownCause.OVERFLOW,
@@ -209,17 +218,76 @@ class Link:
             )
         return put
 
+    def _schedule(self) -> None:
+        if not self._flush_due and not self._waiting and self.down is None:
+            self._flush_due = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """Write what is queued now, in one write per batch, without waiting (a loop callback).
+
+        A full socket buffer, or the close, hands over to the writer task.
+        """
+        self._flush_due = False
+        outbound, ws = self.outbound, self.ws
+        try:
+            while not self._waiting and self.down is None and outbound.pending:
+                batch = outbound.take(self.clock.now())
+                self._room.set()
+                if batch.frames:
+                    self._write_now(batch.frames)
+                if batch.close is not None:
+                    self._closing = batch.close
+                    self._hand_over()
+                elif _over_high_water(ws):
+                    self._hand_over()
+                elif self._on_drained is not None:
+                    self._on_drained(outbound.room)
+        except ConnectionClosed as exc:
+            self._go_down(DownCause.CLOSED, f"the connection closed: {exc}")
+        except Exception as exc:
+            log.exception("%s: the writer failed", self.name)
+            self._go_down(DownCause.WRITER_FAILED, f"the writer failed: {exc!r}")
+
+    def _write_now(self, frames: list[Frame]) -> None:
+        """Build the frames with websockets' sans-I/O protocol object and write them at once."""
+        ws = self.ws
+        if ws.protocol.state is not State.OPEN or ws.transport.is_closing():
+            raise ConnectionClosed(ws.protocol.close_rcvd, ws.protocol.close_sent)
+        if self._record is not None:
+            for frame in frames:
+                self._record(frame.data.decode() if isinstance(frame, SendText) else frame.data)
+        protocol = ws.protocol
+        for frame in frames:
+            if isinstance(frame, SendText):
+                protocol.send_text(frame.data)
+            else:
+                protocol.send_binary(frame.data)
+        ws.transport.write(b"".join(protocol.data_to_send()))
+        self.drains += 1
+        self.frames += len(frames)
+
+    def _hand_over(self) -> None:
+        self._waiting = True
+        self._kick.set()
+
     async def _write(self) -> None:
-        outbound = self.outbound
+        """The writer task: waits for the socket to drain (bounded), then for the close."""
+        ws = self.ws
         try:
             while True:
-                await self._ready.wait()
-                self._ready.clear()
-                while outbound.pending:
-                    batch = outbound.take(self.clock.now())
-                    self._room.set()
-                    if await self._drain(batch):
-                        return
+                await self._kick.wait()
+                self._kick.clear()
+                async with asyncio.timeout(self.clock.real_seconds(self._drain_timeout)):
+                    async with ws.send_context():  # waits until under the low-water mark
+                        pass
+                if self._closing is not None:
+                    await self._close(self._closing)
+                    return
+                self._waiting = False
+                if self._on_drained is not None:
+                    self._on_drained(self.outbound.room)
+                self._flush()
         except asyncio.CancelledError:
             raise
         except TimeoutError:
@@ -233,28 +301,14 @@ class Link:
             log.exception("%s: the writer failed", self.name)
             self._go_down(DownCause.WRITER_FAILED, f"the writer failed: {exc!r}")
 
-    async def _drain(self, batch: Batch) -> bool:
-        """Write one batch; True once the close was written."""
+    async def _close(self, close: Close) -> None:
         ws = self.ws
-        if batch.frames:
-            if self._record is not None:
-                for frame in batch.frames:
-                    self._record(frame.data.decode() if isinstance(frame, SendText) else frame.data)
-            async with asyncio.timeout(self.clock.real_seconds(self._drain_timeout)):
-                await _write_frames(ws, batch.frames)
-            self.drains += 1
-            self.frames += len(batch.frames)
-            if self._on_drained is not None:
-                self._on_drained(self.outbound.room)
-        if batch.close is None:
-            return False
         try:
             async with asyncio.timeout(self.clock.real_seconds(self._close_timeout)):
-                await ws.close(batch.close.code, batch.close.reason)
+                await ws.close(close.code, close.reason)
         except TimeoutError:
             ws.transport.abort()
         self._stop_keepalive()
-        return True
 
     async def _keep_alive(self) -> None:
         keepalive, clock = self.keepalive, self.clock
@@ -307,18 +361,7 @@ class Link:
                 log.exception("%s: the link-down callback failed", self.name)
 
 
-async def _write_frames(ws: Connection, frames: Sequence[Frame]) -> None:
-    """Write ``frames`` as one socket write and wait until the buffer drains.
-
-    Under the connection's own send context (it checks the state and waits on flow control),
-    the frames are built by its sans-I/O protocol object and written in one go, instead of
-    one ``send`` (one write, one wakeup) per frame.
-    """
-    async with ws.send_context():
-        protocol = ws.protocol
-        for frame in frames:
-            if isinstance(frame, SendText):
-                protocol.send_text(frame.data)
-            else:
-                protocol.send_binary(frame.data)
-        ws.transport.write(b"".join(protocol.data_to_send()))
+def _over_high_water(ws: Connection) -> bool:
+    """Whether the socket's buffer is over its high-water mark (the protocol is paused)."""
+    transport = ws.transport
+    return transport.get_write_buffer_size() > transport.get_write_buffer_limits()[1]
