@@ -24,12 +24,14 @@ from codegen.loader import Problem, RawSpec, SpecError, load
 __all__ = [
     "FLOWS_DIR",
     "FLOWS_SCHEMA",
+    "Edge",
     "Flow",
     "Flows",
     "Step",
     "frame_svg",
     "load_flows",
     "sequence_svg",
+    "state_svg",
 ]
 
 FLOWS_DIR = Path(__file__).resolve().parent.parent / "spec" / "flows"
@@ -457,3 +459,106 @@ def _split_name(name: str, width: float) -> list[str]:
     cuts = [i + 1 for i, c in enumerate(name) if c == "_"]
     cut = min(cuts, key=lambda i: abs(len(name) / 2 - i))
     return [name[:cut], name[cut:]]
+
+
+@dataclass(frozen=True)
+class Edge:
+    """A transition of a state machine: from one state to another, on these inputs."""
+
+    source: str
+    target: str
+    inputs: tuple[str, ...]
+
+
+def state_svg(title: str, states: list[str], edges: list[Edge]) -> str:
+    """A state machine as a picture: states top to bottom in their declared order, each
+    transition an arc (forward ones on the right, backward ones on the left, a loop for a state
+    that stays), numbered; the numbers' inputs are listed beside the picture.
+
+    Drawn from a core's transition table (see ``docs/hooks/state_diagrams.py``), so the picture
+    is the table.
+    """
+    margin, box_width, box_height, pitch, lane = 20.0, 200.0, 40.0, 76.0, 26.0
+    index = {state: i for i, state in enumerate(states)}
+    pairs: dict[tuple[str, str], list[str]] = {}
+    for edge in edges:
+        pairs.setdefault((edge.source, edge.target), []).extend(edge.inputs)
+    backward = [p for p in pairs if index[p[1]] < index[p[0]]]
+    forward = [p for p in pairs if index[p[1]] > index[p[0]]]
+    left_lanes = len(backward)
+    box_x = margin + left_lanes * lane + (12 if backward else 0)
+    centre = box_x + box_width / 2
+    top = 44.0
+
+    def y_of(state: str) -> float:
+        return top + index[state] * pitch
+
+    body: list[str] = []
+    for state in states:
+        y = y_of(state)
+        body.append(
+            f'<rect x="{box_x:.1f}" y="{y:.1f}" width="{box_width}" height="{box_height}" rx="18"'
+            f' fill="#e8eaf6" stroke="{_ACCENT}" stroke-width="1.4"/>'
+        )
+        body.append(
+            f'<text x="{centre:.1f}" y="{y + 25:.1f}" text-anchor="middle" font-size="13"'
+            f' {_FONT} font-weight="600" fill="{_INK}" class="state">{escape(state)}</text>'
+        )
+    numbered = sorted(pairs, key=lambda p: (index[p[0]], index[p[1]]))
+    number = {pair: n for n, pair in enumerate(numbered, 1)}
+    marker = "arrow-" + "".join(c if c.isalnum() else "-" for c in title.lower())
+
+    def badge(x: float, y: float, n: int) -> str:
+        return (
+            f'<circle cx="{x:.1f}" cy="{y:.1f}" r="9" fill="#fff" stroke="{_ACCENT}"/>'
+            f'<text x="{x:.1f}" y="{y + 4:.1f}" text-anchor="middle" font-size="10" {_FONT}'
+            f' fill="{_ACCENT}" class="edge-number">{n}</text>'
+        )
+
+    right = box_x + box_width
+    for lane_no, pair in enumerate(sorted(forward, key=lambda p: index[p[1]] - index[p[0]])):
+        y1, y2 = y_of(pair[0]) + box_height * 0.62, y_of(pair[1]) + box_height * 0.38
+        bulge = right + 16 + lane_no * lane
+        body.append(
+            f'<path d="M{right:.1f},{y1:.1f} C{bulge:.1f},{y1:.1f} {bulge:.1f},{y2:.1f}'
+            f' {right:.1f},{y2:.1f}" fill="none" stroke="{_INK}" stroke-width="1.2"'
+            f' marker-end="url(#{marker})"/>'
+        )
+        # The curve's midpoint (t = 1/2 of the cubic) is a quarter of the way back from the bulge.
+        body.append(badge(0.25 * right + 0.75 * bulge, (y1 + y2) / 2, number[pair]))
+    for lane_no, pair in enumerate(sorted(backward, key=lambda p: index[p[0]] - index[p[1]])):
+        y1, y2 = y_of(pair[0]) + box_height * 0.38, y_of(pair[1]) + box_height * 0.62
+        bulge = box_x - 16 - lane_no * lane
+        body.append(
+            f'<path d="M{box_x:.1f},{y1:.1f} C{bulge:.1f},{y1:.1f} {bulge:.1f},{y2:.1f}'
+            f' {box_x:.1f},{y2:.1f}" fill="none" stroke="{_INK}" stroke-width="1.2"'
+            f' marker-end="url(#{marker})"/>'
+        )
+        body.append(badge(0.25 * box_x + 0.75 * bulge, (y1 + y2) / 2, number[pair]))
+    for pair in pairs:
+        if pair[0] != pair[1]:
+            continue
+        y = y_of(pair[0])
+        x = box_x + box_width * 0.78
+        body.append(
+            f'<path d="M{x - 14:.1f},{y:.1f} C{x - 14:.1f},{y - 26:.1f} {x + 14:.1f},{y - 26:.1f}'
+            f' {x + 14:.1f},{y:.1f}" fill="none" stroke="{_INK}" stroke-width="1.2"'
+            f' marker-end="url(#{marker})"/>'
+        )
+        body.append(badge(x, y - 19.5, number[pair]))
+    lanes_right = right + 16 + len(forward) * lane + 10
+    legend_x = lanes_right + 10
+    legend_width = 420.0
+    y = top + 4
+    for pair in numbered:
+        lines = _wrap(f"{pair[0]} → {pair[1]}: {'; '.join(pairs[pair])}", legend_width - 30)
+        body.append(badge(legend_x + 9, y + 5, number[pair]))
+        for k, line in enumerate(lines):
+            body.append(
+                f'<text x="{legend_x + 26:.1f}" y="{y + 9 + 15 * k:.1f}" font-size="12" {_FONT}'
+                f' fill="{_INK}" class="edge">{escape(line)}</text>'
+            )
+        y += 15 * len(lines) + 8
+    height = max(top + len(states) * pitch, y) + 10
+    width = legend_x + legend_width + margin
+    return _svg(width, height, f"State machine: {title}", body, _arrowhead(marker))

@@ -110,3 +110,31 @@ def test_the_frame_picture_names_every_field_and_flag(protocols: dict[str, Proto
     assert {("offset", str(f.offset)) for f in frame.fields} <= texts
     flags = "".join(t.text or "" for t in svg.iter(f"{SVG}text") if t.get("class") == "flag")
     assert all(name in flags for f in frame.fields for _, name, _ in f.flags)
+
+
+def test_a_state_machine_numbers_each_pair_of_states_once() -> None:
+    from codegen.diagrams import Edge, state_svg
+
+    svg = ET.fromstring(
+        state_svg(
+            "door",
+            ["shut", "open", "gone"],
+            [
+                Edge("shut", "open", ("push",)),
+                Edge("shut", "open", ("pull",)),
+                Edge("open", "shut", ("wind",)),
+                Edge("open", "open", ("wedge",)),
+                Edge("open", "gone", ("unhinge",)),
+            ],
+        )
+    )
+    texts = [(t.get("class"), "".join(t.itertext())) for t in svg.iter(f"{SVG}text")]
+    assert [t for c, t in texts if c == "state"] == ["shut", "open", "gone"]
+    legend = [t for c, t in texts if c == "edge"]
+    assert legend == [
+        "shut → open: push; pull",
+        "open → shut: wind",
+        "open → open: wedge",
+        "open → gone: unhinge",
+    ]
+    assert len(svg.findall(f".//{SVG}path")) == 5  # four arcs and the marker's head

@@ -672,6 +672,32 @@ def test_every_diagram_renders_in_chromium(
     assert page.errors() == []
 
 
+STATE_MACHINES = [
+    ("brisvox-link/", "voxwire.brisvox.agent_core", "AGENT_TRANSITIONS"),
+    ("brisvox-link/", "voxwire.brisvox.engine_core", "ENGINE_TRANSITIONS"),
+]
+
+
+@pytest.mark.parametrize(("path", "module", "name"), STATE_MACHINES)
+def test_each_state_machine_renders_from_its_table(
+    page: Page, served: str, path: str, module: str, name: str
+) -> None:
+    import importlib
+
+    table = getattr(importlib.import_module(module), name)
+    states = [s.value for s in type(next(iter(table)))]
+    assert page.open(served + path) == []
+    selector = f"#state-{name.lower().replace('_', '-')} svg"
+    drawn = page.evaluate(
+        f"[...document.querySelectorAll({json.dumps(selector + ' .state')})].map(t => t.textContent)"
+    )
+    assert drawn == states
+    numbers = page.evaluate(f"document.querySelectorAll({json.dumps(selector + ' .edge')}).length")
+    assert numbers >= len({(s, t.target) for s, inputs in table.items() for t in inputs.values()})
+    _shoot(page, selector, f"diagram-state-{name.lower()}.png")
+    assert page.errors() == []
+
+
 @pytest.fixture
 def wide(page: Page) -> Iterator[Page]:
     """The page at 1400 pixels wide, the width at which the reference used to break words."""
