@@ -12,11 +12,12 @@ from codegen.ir import Protocol, resolve
 from codegen.loader import Problem, SpecError, load
 from codegen.reference import diagram_pages
 from codegen.render import ROOT, Output, package_stub, render
+from codegen.typescript import render_package
 
 __all__ = ["SPEC_DIR", "Drift", "check", "generate", "load_protocols", "outputs"]
 
 SPEC_DIR = ROOT / "spec"
-GENERATED_ROOTS = ("generated/voxwire", "docs/reference")
+GENERATED_ROOTS = ("generated/voxwire", "generated/typescript", "docs/reference")
 """Folders every file of which is generated: a file there that the spec does not produce is an
 orphan."""
 
@@ -51,11 +52,13 @@ def load_protocols(root: Path = ROOT) -> list[Protocol]:
 def outputs(root: Path = ROOT) -> list[Output]:
     """Everything the specs produce, in a stable order."""
     found = []
-    for protocol in load_protocols(root):
+    protocols = load_protocols(root)
+    for protocol in protocols:
         found += render(protocol)
         pages = diagram_pages(protocol, load_flows(protocol, root))
         found += [Output(path, text) for path, text in pages]
     found.append(package_stub())
+    found += [Output(f.path, f.text) for f in render_package(protocols)]
     return sorted(found, key=lambda o: o.path)
 
 

@@ -12,6 +12,7 @@ from websockets.asyncio.client import connect
 from websockets.asyncio.server import ServerConnection, serve
 
 from voxwire import hosts
+from voxwire.brisvox.engine import AgentLinkConfig, AgentTarget
 from voxwire.redaction import install_redaction, redact, redacting_logger
 
 SECRET = "s3cr3t-t0ken"
@@ -51,6 +52,12 @@ def test_no_repr_in_hosts_shows_the_query(url: str) -> None:
     assert SECRET not in repr(checked) and SECRET not in str(checked)
     assert SECRET not in repr(hosts._parse(url))
     assert checked.url == url  # still there for the connector
+
+
+def test_no_repr_of_an_agent_target_or_config_shows_the_query() -> None:
+    target = AgentTarget(hosts.check_url(f"ws://127.0.0.1:8765/agent?token={SECRET}"), SECRET)
+    config = AgentLinkConfig(target, {"billing": target})
+    assert SECRET not in repr(target) and SECRET not in repr(config)
 
 
 @pytest.mark.parametrize(

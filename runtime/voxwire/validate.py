@@ -338,7 +338,9 @@ class _Gap:
         lost = (frame_seq - last - 1) % ovp.FRAME_SEQ_MODULUS
         if lost == 0:
             return None
-        return Note(line, f"frame_seq {frame_seq} after {last}: {lost} frames lost")
+        return Note(
+            line, f"frame_seq {frame_seq} after {last}: {lost} frame{'' if lost == 1 else 's'} lost"
+        )
 
 
 @dataclass(slots=True)
