@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Mapping
 from datetime import datetime
+from enum import Enum
 from typing import Any
 
 import pytest
 
+from tests.conftest import ROOT
 from tests.test_ovp_support import AGENT, CALL, MOMENT, NO_STATS, PCM, SESSION, TS
 from voxwire import ovp
 from voxwire.ovp._session import (
@@ -20,8 +23,16 @@ from voxwire.ovp._session import (
     SessionStateError,
     check_session_id,
 )
-from voxwire.ovp.client_core import ClientCore, ClientState, Dropped, Rejected, ServerEvent
+from voxwire.ovp.client_core import (
+    CLIENT_TRANSITIONS,
+    ClientCore,
+    ClientState,
+    Dropped,
+    Rejected,
+    ServerEvent,
+)
 from voxwire.ovp.gateway_core import (
+    GATEWAY_TRANSITIONS,
     ClientEvent,
     GatewayCore,
     GatewayState,
@@ -906,3 +917,23 @@ def test_a_client_never_stitches_a_new_session_start_onto_a_resumed_session() ->
     assert over.code == "OVP_RESUME_EXPIRED" and "after seq 5 are lost" in over.detail
     assert Close(1000, "session lost") in out and core.state is ClientState.OVER
     assert core.receive_text(thinking(6), 2.2) == [Ignored("a text message while over")]
+
+
+# ----------------------------------------------------------------------------- the tables
+
+
+def table_markdown(table: Mapping[Enum, Mapping[Enum, Enum]]) -> str:
+    rows = ["| state | input | next state |", "|---|---|---|"]
+    for state, moves in table.items():
+        rows += [f"| `{state.value}` | {e.value} | `{nxt.value}` |" for e, nxt in moves.items()]
+    return "\n".join(rows)
+
+
+@pytest.mark.parametrize("table", [CLIENT_TRANSITIONS, GATEWAY_TRANSITIONS])
+def test_the_session_guide_shows_each_cores_transition_table(
+    table: Mapping[Enum, Mapping[Enum, Enum]],
+) -> None:
+    assert table_markdown(table) in (ROOT / "docs" / "ovp-sessions.md").read_text()
+    states = set(table)
+    assert all(nxt in states for moves in table.values() for nxt in moves.values())
+    assert all(moves or state.value == "over" for state, moves in table.items())

@@ -236,24 +236,27 @@ def test_a_5xx_on_a_reconnect_is_retried_with_backoff_until_the_window_closes(
 ) -> None:
     async def main() -> None:
         clock = ScaledClock(50)
-        async with serving(quiet, clock=clock) as gateway, Unavailable() as unavailable:
-            async with FaultProxy(gateway.port) as proxy:
-                client = ovp_client(proxy.url, clock)
-                await client.connect()
-                proxy.target_port = unavailable.port
-                proxy.reset()
-                dropped = clock.now()
-                await eventually(lambda: unavailable.answered >= 3)
-                if comes_back:
-                    proxy.target_port = gateway.port
-                    await eventually(lambda: client.reconnects == 1)
-                    gateway.sessions[SESSION].end()
-                    assert await client.run() is not None
-                    return
-                with pytest.raises(SessionFailed) as failed:
-                    await client.run()
-                assert failed.value.code == "OVP_RESUME_EXPIRED"
-                assert clock.now() - dropped >= ovp.RESUME_WINDOW_MS / 1000
-                assert 3 <= unavailable.answered < 60  # backoff, not a busy loop
+        async with (
+            serving(quiet, clock=clock) as gateway,
+            Unavailable() as unavailable,
+            FaultProxy(gateway.port) as proxy,
+        ):
+            client = ovp_client(proxy.url, clock)
+            await client.connect()
+            proxy.target_port = unavailable.port
+            proxy.reset()
+            dropped = clock.now()
+            await eventually(lambda: unavailable.answered >= 3)
+            if comes_back:
+                proxy.target_port = gateway.port
+                await eventually(lambda: client.reconnects == 1)
+                gateway.sessions[SESSION].end()
+                assert await client.run() is not None
+                return
+            with pytest.raises(SessionFailed) as failed:
+                await client.run()
+            assert failed.value.code == "OVP_RESUME_EXPIRED"
+            assert clock.now() - dropped >= ovp.RESUME_WINDOW_MS / 1000
+            assert 3 <= unavailable.answered < 60  # backoff, not a busy loop
 
     run(main(), timeout=20)

@@ -330,24 +330,24 @@ def test_a_restarted_gateway_refuses_the_resume_and_the_client_surfaces_the_loss
         async with (
             serving(talking, clock=clock) as first,
             serving(talking, clock=clock) as restarted,
+            FaultProxy(first.port) as proxy,
         ):
-            async with FaultProxy(first.port) as proxy:
-                client = ovp_client(proxy.url, clock)
-                await client.connect()
-                for n in range(5):
-                    thinking(first.sessions[SESSION], n)  # seq 1..5
-                received: list[int] = []
-                with pytest.raises(SessionFailed) as failed:
-                    async for message in client:
-                        received.append(message.seq)
-                        if message.seq == 5:  # the gateway restarts: it holds no session
-                            proxy.target_port = restarted.port
-                            proxy.reset()
-                assert failed.value.code == "OVP_RESUME_EXPIRED"
-                assert received == list(range(6))  # nothing of the new session stitched on
-                new = restarted.sessions[SESSION]
-                await eventually(lambda: new.over is not None)
-                assert new.over is not None and new.over.code == "OVP_RESUME_EXPIRED"
-                assert "does not hold session" in new.over.detail
+            client = ovp_client(proxy.url, clock)
+            await client.connect()
+            for n in range(5):
+                thinking(first.sessions[SESSION], n)  # seq 1..5
+            received: list[int] = []
+            with pytest.raises(SessionFailed) as failed:
+                async for message in client:
+                    received.append(message.seq)
+                    if message.seq == 5:  # the gateway restarts: it holds no session
+                        proxy.target_port = restarted.port
+                        proxy.reset()
+            assert failed.value.code == "OVP_RESUME_EXPIRED"
+            assert received == list(range(6))  # nothing of the new session stitched on
+            new = restarted.sessions[SESSION]
+            await eventually(lambda: new.over is not None)
+            assert new.over is not None and new.over.code == "OVP_RESUME_EXPIRED"
+            assert "does not hold session" in new.over.detail
 
     run(main(), timeout=20)

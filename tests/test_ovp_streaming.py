@@ -31,23 +31,22 @@ def burst(session: GatewaySession, count: int) -> None:
 def test_a_resume_replays_more_events_than_the_write_queue_holds(missed: int) -> None:
     async def main() -> None:
         clock = ScaledClock(10)
-        async with serving(started, clock=clock) as gateway:
-            async with FaultProxy(gateway.port) as proxy:
-                client = ovp_client(proxy.url, clock, max_events=2 * missed)
-                await client.connect()
-                session = gateway.sessions[SESSION]
-                proxy.refuse = True
-                proxy.reset()
-                await eventually(lambda: not session.connected)
-                burst(session, missed)  # seq 1..missed while the client is away
-                proxy.refuse = False
-                await eventually(lambda: session.connected, timeout=10)
-                session.send(ovp.AgentThinking, turn_id="t1", delta="live")
-                session.end()
-                seqs = [message.seq async for message in client]
-                assert seqs == list(range(missed + 3))  # start, the replay, live, the end
-                assert client.reconnects == 1 and client.events_lost == 0
-                await client.close()
+        async with serving(started, clock=clock) as gateway, FaultProxy(gateway.port) as proxy:
+            client = ovp_client(proxy.url, clock, max_events=2 * missed)
+            await client.connect()
+            session = gateway.sessions[SESSION]
+            proxy.refuse = True
+            proxy.reset()
+            await eventually(lambda: not session.connected)
+            burst(session, missed)  # seq 1..missed while the client is away
+            proxy.refuse = False
+            await eventually(lambda: session.connected, timeout=10)
+            session.send(ovp.AgentThinking, turn_id="t1", delta="live")
+            session.end()
+            seqs = [message.seq async for message in client]
+            assert seqs == list(range(missed + 3))  # start, the replay, live, the end
+            assert client.reconnects == 1 and client.events_lost == 0
+            await client.close()
 
     run(main(), timeout=30)
 

@@ -279,7 +279,7 @@ class GatewaySession:
 
         ``session.send(ovp.TranscriptFinal, utterance_id="u1", speaker=ovp.Speaker.CALLER, ...)``.
         Raises ``TypeError`` for a wrong type or field, :class:`~voxwire.ovp.ProtocolError` for a
-        value the spec refuses, :class:`~voxwire.ovp.core.SessionStateError` outside the session.
+        value the spec refuses, ``SessionStateError`` outside the session.
         """
         return self._sent(self._core.send(kind, fields, self._clock.now()), kind)
 
