@@ -1,10 +1,10 @@
 """The actions a sans-I/O protocol core returns to its adapter.
 
-A core (``voxwire.brisvox.engine_core``, ``voxwire.ovp.core``) takes what arrived (a text or
-binary message, the time) and returns a list of actions; it never touches a socket, a task or
-a clock. The asyncio adapter performs the actions in order: it writes, closes, and hands events
-to the application. Each protocol adds its own event types; these are the actions every core
-shares.
+A core (``voxwire.brisvox.engine_core``, ``voxwire.ovp.client_core``,
+``voxwire.ovp.gateway_core``) takes what arrived (a text or binary message, the time) and returns a
+list of actions; it never touches a socket, a task or a clock. The asyncio adapter performs the
+actions in order: it writes, closes, and hands events to the application. Each protocol adds its
+own event types; these are the actions every core shares.
 """
 
 from __future__ import annotations

@@ -35,14 +35,9 @@ from voxwire.brisvox.outputs import BadMessage, HandshakeFailed
 from voxwire.brisvox.outputs import Ignored as EngineIgnored
 from voxwire.capture import CaptureError, CaptureHeader, Frame, read_capture
 from voxwire.errors import ProtocolError
-from voxwire.ovp.core import (
-    AudioIn,
-    ClientCore,
-    Rejected,
-    SessionOver,
-    _FrameOrder,
-)
-from voxwire.ovp.core import Ignored as ClientIgnored
+from voxwire.ovp._session import AudioIn, FrameOrder, SessionOver
+from voxwire.ovp._session import Ignored as ClientIgnored
+from voxwire.ovp.client_core import ClientCore, Rejected
 from voxwire.sansio import Close
 
 __all__ = ["CAPTURE_CODE", "Finding", "Note", "Tally", "Violation", "check_capture"]
@@ -321,8 +316,6 @@ def _handshake_code(data: str | bytes) -> str:
 _SCHEMA: Final = ovp.ErrorCode.OVP_EVENT_SCHEMA_INVALID
 _REGRESSION: Final = ovp.ErrorCode.OVP_SEQ_REGRESSION
 _FRAME: Final = ovp.ErrorCode.OVP_AUDIO_FRAME_INVALID
-# RFC 6455 §7.4.1: the close code with which a core says its peer broke the protocol.
-_PROTOCOL_ERROR_CLOSE: Final = 1002
 
 
 class _Gap:
@@ -354,7 +347,7 @@ class _Ovp:
     """A client message before session.start was reported: the others are not."""
     last_client_seq: int | None = None
     max_server_seq: int = -1
-    client_frames: _FrameOrder = field(default_factory=_FrameOrder)
+    client_frames: FrameOrder = field(default_factory=FrameOrder)
     gaps: dict[str, _Gap] = field(default_factory=lambda: {"server": _Gap(), "client": _Gap()})
     decode: Callable[[str | bytes], Any] = field(default_factory=lambda: ovp.decoder("client"))
 
@@ -394,6 +387,7 @@ class _Ovp:
         if self.client is None:
             session_id = peek.session_id if isinstance(peek.session_id, str) else ""
             self.client = ClientCore(session_id, epoch=0.0)
+            self.client.connected(frame.t)
         core = self.client
         over, last = core.over, core.last_server_seq
         if isinstance(data, str):
@@ -402,7 +396,9 @@ class _Ovp:
                 self.max_server_seq = max(self.max_server_seq, peek.seq)
         else:
             outputs = core.receive_binary(data, frame.t)
-        broke = any(isinstance(o, Close) and o.code == _PROTOCOL_ERROR_CLOSE for o in outputs)
+        broke = any(
+            isinstance(o, Close) and o.code == ovp.CloseCode.PROTOCOL_ERROR for o in outputs
+        )
         found: list[Finding] = []
         for out in outputs:
             if isinstance(out, Rejected):
