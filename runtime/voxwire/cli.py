@@ -86,7 +86,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def _cmd_validate(args: argparse.Namespace) -> int:
     name = "<stdin>" if args.file == STDIN else args.file
     try:
-        raw = sys.stdin.buffer if args.file == STDIN else open(name, "rb")  # noqa: SIM115
+        stdin = args.file == STDIN
+        raw = open(sys.stdin.fileno() if stdin else name, "rb", closefd=not stdin)  # noqa: SIM115
     except OSError as exc:
         raise CommandError(f"{name}: {exc.strerror or exc}") from None
     tally = Tally()
