@@ -161,7 +161,7 @@ async def _voxwire_round(
             link.send_event(event)
             sent += 1
             if sent % batch == 0:
-                while link.core.has_output:  # let the writer hand the batch to the socket
+                while link.pending:  # let the writer hand the batch to the socket
                     await asyncio.sleep(0)
                 if time.perf_counter() - began > SEND_BOUND_S:
                     break

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -10,19 +11,22 @@ from voxwire import brisvox
 from voxwire.brisvox.engine_core import (
     AgentAccepted,
     Backoff,
+    CloseAfter,
     CommandReceived,
     EngineCore,
     EngineState,
     LinkDown,
     LinkSettings,
+    SendEvent,
     ToolCallQueued,
     ToolFinished,
     ToolOutcome,
     ToolOverdue,
     backoff_factor,
 )
-from voxwire.brisvox.outputs import BadMessage, HandshakeFailed, Ignored, SendPing
-from voxwire.sansio import Close
+from voxwire.brisvox.outputs import BadMessage, HandshakeFailed, Ignored
+from voxwire.link import Outbound, Overflow
+from voxwire.sansio import Close, SendText
 
 LOOKUP = {
     "name": "lookup",
@@ -38,25 +42,67 @@ def _accept(**extra: object) -> str:
     return json.dumps({"type": "session.accept", "version": 1, "tools": [LOOKUP, BOOK], **extra})
 
 
-def _written(core: EngineCore, now: float) -> list[dict[str, object]]:
-    out = []
-    while (data := core.next_write(now)) is not None:
-        out.append(json.loads(data))
-    return out
+class Wired:
+    """An EngineCore whose outputs go to the link's sans-I/O queue, as EngineLink puts them
+    (control first, events bounded and counted, stamped in write order)."""
+
+    def __init__(self, core: EngineCore) -> None:
+        self.core = core
+        self.outbound = self.fresh_link()
+
+    def fresh_link(self) -> Outbound:
+        self.outbound = Outbound(
+            event_bound=self.core.settings.event_queue,
+            overflow=Overflow.DROP,
+            report_lost=self.core.events_lost,
+            stamp=self.core.stamp,
+        )
+        return self.outbound
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.core, name)
+        if not callable(attr):
+            return attr
+
+        def routed(*args: Any, **kwargs: Any) -> Any:
+            out = attr(*args, **kwargs)
+            for item in out if isinstance(out, list) else ():
+                if isinstance(item, SendText):
+                    self.outbound.control(item)
+                elif isinstance(item, SendEvent):
+                    self.outbound.event(SendText(item.data))
+                elif isinstance(item, CloseAfter):
+                    self.outbound.close(item.close.code, item.close.reason, item.final)
+            return out
+
+        return routed
 
 
-def _engine(now: float = 0.0, **accept: object) -> EngineCore:
-    core = EngineCore(session_id="42", agent="luigi", now=now)
+def _written(core: Wired, now: float) -> list[dict[str, object]]:
+    return [json.loads(f.data) for f in core.outbound.take(now).frames]
+
+
+def _frames(out: list[Any]) -> list[Any]:
+    """The core's outputs without what it writes."""
+    return [o for o in out if not isinstance(o, SendText | SendEvent | CloseAfter)]
+
+
+def _new(now: float = 0.0, **kwargs: Any) -> Wired:
+    return Wired(EngineCore(session_id="42", agent="luigi", now=now, **kwargs))
+
+
+def _engine(now: float = 0.0, **accept: object) -> Wired:
+    core = _new(now)
     core.connected(now)
     _written(core, now)
-    [accepted] = core.receive_text(_accept(**accept), now)
+    [accepted] = _frames(core.receive_text(_accept(**accept), now))
     assert isinstance(accepted, AgentAccepted)
     return core
 
 
 def test_the_engine_writes_session_start_and_opens_on_accept() -> None:
-    core = EngineCore(session_id="42", agent="luigi", now=5.0)
-    assert core.next_write(5.0) is None
+    core = _new(5.0)
+    assert _written(core, 5.0) == []
     core.connected(5.0)
     assert _written(core, 5.2) == [
         {
@@ -73,7 +119,7 @@ def test_the_engine_writes_session_start_and_opens_on_accept() -> None:
     assert core.next_deadline() == 7.0
     [accepted] = core.receive_text(_accept(), 5.5)
     assert isinstance(accepted, AgentAccepted) and not accepted.resumed
-    assert core.state is EngineState.OPEN and core.next_deadline() == 15.5  # the first ping
+    assert core.state is EngineState.OPEN and core.next_deadline() is None
 
 
 @pytest.mark.parametrize(
@@ -86,7 +132,7 @@ def test_the_engine_writes_session_start_and_opens_on_accept() -> None:
     ],
 )
 def test_a_failed_handshake_leaves_the_call_without_agent(answer: str, reason: str) -> None:
-    core = EngineCore(session_id="42", agent="luigi", now=0.0)
+    core = _new()
     core.connected(0.0)
     out = core.receive_text(answer, 0.1)
     assert isinstance(out[0], Close)
@@ -95,7 +141,7 @@ def test_a_failed_handshake_leaves_the_call_without_agent(answer: str, reason: s
 
 
 def test_no_answer_within_the_handshake_timeout_fails_the_handshake() -> None:
-    core = EngineCore(session_id="42", agent="luigi", now=0.0)
+    core = _new()
     core.connected(0.0)
     assert core.tick(1.9) == []
     out = core.tick(2.0)
@@ -105,7 +151,7 @@ def test_no_answer_within_the_handshake_timeout_fails_the_handshake() -> None:
 def test_soft_handshake_problems_are_reported_as_error_events_and_the_call_goes_on() -> None:
     bad_tool = {**LOOKUP, "name": "bad name!"}
     reserved = {**LOOKUP, "name": "confirm_pending"}
-    core = EngineCore(session_id="42", agent="luigi", now=0.0)
+    core = _new()
     core.connected(0.0)
     _written(core, 0.0)
     accept = json.dumps(
@@ -117,7 +163,7 @@ def test_soft_handshake_problems_are_reported_as_error_events_and_the_call_goes_
             "context": [{"role": "user", "text": "  "}, {"role": "system", "text": "VIP"}],
         }
     )
-    [accepted] = core.receive_text(accept, 0.0)
+    [accepted] = _frames(core.receive_text(accept, 0.0))
     assert isinstance(accepted, AgentAccepted)
     assert [t.name for t in accepted.accept.tools] == ["lookup"]
     assert accepted.accept.events == ["user.text"] and len(accepted.accept.context) == 1
@@ -140,7 +186,7 @@ def test_control_messages_go_before_events_and_seq_is_write_order() -> None:
 
 
 def test_a_full_event_queue_drops_the_newest_and_reports_events_lost() -> None:
-    core = EngineCore(session_id="42", agent="luigi", now=0.0, settings=LinkSettings(event_queue=2))
+    core = _new(settings=LinkSettings(event_queue=2))
     core.connected(0.0)
     _written(core, 0.0)
     core.receive_text(_accept(), 0.0)
@@ -163,7 +209,7 @@ def test_events_outside_the_subscription_are_not_sent() -> None:
 
 def test_tool_calls_get_ids_that_never_repeat_and_their_results() -> None:
     core = _engine()
-    [queued] = core.call_tool("lookup", {"q": 1}, call_id="l1", epoch=3, now=0.0)
+    [queued] = _frames(core.call_tool("lookup", {"q": 1}, call_id="l1", epoch=3, now=0.0))
     assert isinstance(queued, ToolCallQueued) and queued.request_id == 1
     [call] = _written(core, 0.0)
     assert call["kind"] == "read_only" and call["timeout_ms"] == 1000 and call["epoch"] == 3
@@ -174,7 +220,7 @@ def test_tool_calls_get_ids_that_never_repeat_and_their_results() -> None:
     assert isinstance(late, Ignored)
     [unknown] = core.call_tool("nope", {}, call_id="n1", epoch=3, now=0.0)
     assert isinstance(unknown, ToolFinished) and unknown.outcome is ToolOutcome.UNKNOWN_TOOL
-    [again] = core.call_tool("lookup", {}, call_id="l2", epoch=3, now=0.0)
+    [again] = _frames(core.call_tool("lookup", {}, call_id="l2", epoch=3, now=0.0))
     assert isinstance(again, ToolCallQueued) and again.request_id == 3
 
 
@@ -183,9 +229,9 @@ def test_a_read_only_call_is_cancelled_at_its_timeout_or_on_a_barge_in() -> None
     core.call_tool("lookup", {}, call_id="l1", epoch=1, now=0.0)
     core.call_tool("lookup", {}, call_id="l2", epoch=1, now=0.0)
     _written(core, 0.0)
-    [interrupted] = core.cancel_tool(2, 0.5)
+    [interrupted] = _frames(core.cancel_tool(2, 0.5))
     assert interrupted == ToolFinished(2, "l2", ToolOutcome.INTERRUPTED)
-    [timed_out] = core.tick(1.0)
+    [timed_out] = _frames(core.tick(1.0))
     assert timed_out == ToolFinished(1, "l1", ToolOutcome.TIMEOUT)
     assert [(m["id"], m["reason"]) for m in _written(core, 1.0)] == [
         (2, "interrupted"),
@@ -201,8 +247,7 @@ def test_a_side_effect_call_is_waited_for_then_recorded_as_outcome_unknown() -> 
     assert core.tick(2.0) == [ToolOverdue(1, "b1"), ToolOverdue(2, "b2")]
     [late] = core.receive_text(json.dumps({"type": "tool.result", "id": 1, "result": "ok"}), 30.0)
     assert late == ToolFinished(1, "b1", ToolOutcome.RESULT, "ok", late=True)
-    core.pong(55.0)
-    assert core.tick(62.0) == [SendPing(), ToolFinished(2, "b2", ToolOutcome.OUTCOME_UNKNOWN)]
+    assert _frames(core.tick(62.0)) == [ToolFinished(2, "b2", ToolOutcome.OUTCOME_UNKNOWN)]
     assert [(m["type"], m["reason"]) for m in _written(core, 62.0)] == [("tool.cancel", "timeout")]
 
 
@@ -216,7 +261,9 @@ def test_at_most_32_tool_calls_wait() -> None:
 
 def test_commands_are_handed_over_and_answered() -> None:
     core = _engine()
-    [received] = core.receive_text(json.dumps({"type": "say", "id": "c1", "text": "Hi"}), 1.0)
+    [received] = _frames(
+        core.receive_text(json.dumps({"type": "say", "id": "c1", "text": "Hi"}), 1.0)
+    )
     assert isinstance(received, CommandReceived) and received.command.text == "Hi"
     core.answer(received)
     [silent] = core.receive_text(json.dumps({"type": "say", "text": "no id"}), 1.0)
@@ -244,7 +291,7 @@ def test_commands_are_handed_over_and_answered() -> None:
 )
 def test_a_bad_agent_message_is_answered(data: str, answer: tuple[str, str]) -> None:
     core = _engine()
-    [out] = core.receive_text(data, 1.0)
+    [out] = _frames(core.receive_text(data, 1.0))
     assert isinstance(out, BadMessage) and out.answered
     [written] = _written(core, 1.0)
     assert written["type"] == answer[0]
@@ -260,46 +307,39 @@ def test_a_binary_frame_is_answered_with_an_error_and_the_link_stays() -> None:
     assert core.state is EngineState.OPEN
 
 
-def test_pings_every_10_s_and_30_s_of_silence_take_the_link_down() -> None:
-    core = _engine()
-    assert core.tick(10.0) == [SendPing()]
-    core.pong(10.1)
-    assert core.tick(20.0) == [SendPing()]
-    assert core.tick(30.0) == [SendPing()]
-    out = core.tick(40.1)
-    assert out[0] == Close(1001, "silence")
-    assert out[-1] == LinkDown("nothing heard for 30 s", None) and core.state is EngineState.GONE
-
-
 def test_a_lost_link_of_a_resumable_agent_reconnects_with_resume() -> None:
     core = _engine(resume=True)
     core.call_tool("book", {}, call_id="b1", epoch=1, now=1.0)
     core.send_event(brisvox.BotText(seq=0, t_ms=0, epoch=1, text="a"), 1.0)
     _written(core, 1.0)  # seq 2 and 3
     core.send_event(brisvox.BotText(seq=0, t_ms=0, epoch=1, text="queued"), 1.0)
-    [received] = core.receive_text(json.dumps({"type": "say", "id": "c1", "text": "Hi"}), 1.0)
+    [received] = _frames(
+        core.receive_text(json.dumps({"type": "say", "id": "c1", "text": "Hi"}), 1.0)
+    )
+    core.outbound.fail()  # the link went down: what it held is gone
     out = core.link_lost(2.0, "closed")
     assert out[0] == ToolFinished(1, "b1", ToolOutcome.OUTCOME_UNKNOWN, error=out[0].error)  # type: ignore[union-attr]
     assert isinstance(out[-1], LinkDown) and out[-1].reconnect_in == pytest.approx(
         0.1 * backoff_factor("42")
     )
     core.send_event(brisvox.BotText(seq=0, t_ms=0, epoch=1, text="missed"), 2.05)
+    core.fresh_link()
     core.connected(2.2)
     [start_] = _written(core, 2.2)
     assert start_["seq"] == 4 and start_["t_ms"] == 2200
     assert start_["resume"] == {"attempt": 1, "previous_seq": 3, "down_ms": 200}
     resumed = json.dumps({"type": "session.accept", "version": 1, "tools": [], "resume": True})
-    [accepted] = core.receive_text(resumed, 2.3)
+    [accepted] = _frames(core.receive_text(resumed, 2.3))
     assert isinstance(accepted, AgentAccepted) and accepted.resumed
     assert [t.name for t in core.accept.tools] == ["lookup", "book"]  # type: ignore[union-attr]
     core.answer(received)  # for the lost link: dropped, never delivered late
     core.send_event(brisvox.BotText(seq=0, t_ms=0, epoch=2, text="b"), 2.4)
     written = _written(core, 2.4)
     assert [(m["type"], m.get("count", m.get("text"))) for m in written] == [
-        ("events.lost", 2),
+        ("events.lost", 1),
         ("bot.text", "b"),
     ]
-    [queued] = core.call_tool("book", {}, call_id="b2", epoch=2, now=2.5)
+    [queued] = _frames(core.call_tool("book", {}, call_id="b2", epoch=2, now=2.5))
     assert isinstance(queued, ToolCallQueued) and queued.request_id == 2
 
 
@@ -324,8 +364,13 @@ def test_ending_the_call_writes_usage_and_end_last() -> None:
     core.send_event(brisvox.BotText(seq=0, t_ms=0, epoch=1, text="a"), 1.0)
     usage = brisvox.SessionUsage(seq=0, t_ms=0, duration_ms=1000, turns=1, interrupted_turns=0)
     core.end_call("hangup", 1.0, usage)
-    assert [m["type"] for m in _written(core, 1.0)] == ["bot.text", "session.usage", "session.end"]
-    assert core.finished
+    batch = core.outbound.take(1.0)
+    assert [json.loads(f.data)["type"] for f in batch.frames] == [
+        "bot.text",
+        "session.usage",
+        "session.end",
+    ]
+    assert batch.close == Close(1000, "hangup")
 
 
 def test_the_backoff_doubles_within_the_attempts_and_the_window() -> None:

@@ -2,21 +2,23 @@
 
 A core owns the protocol's rules and nothing else: no socket, task, clock or logging. Every input
 is a method call that carries ``now`` (seconds on the adapter's clock) and returns what happened,
-in order: actions for the adapter (:class:`~voxwire.sansio.Close`,
-:class:`~voxwire.brisvox.outputs.SendPing`) and events (the dataclasses below).
+in order: what to write (:class:`~voxwire.sansio.SendText` for control messages, never dropped;
+:class:`SendEvent` for events, which the link may drop and count; :class:`CloseAfter` for the
+call's end) and events (the dataclasses below).
 
 ```text
 core = EngineCore(session_id="42", agent="luigi", now=now)   # one per call
-core.connected(now)                          # session.start is queued
-data = core.next_write(now)                  # the next stamped message to write, or None
+out = core.connected(now)                    # [SendText(session.start)]
 out = core.receive_text(data, now)           # [AgentAccepted(accept, resumed=False)]
+frame = core.stamp(frame, now)               # the link numbers each message as it writes it
 ```
 
-Every message is checked and encoded when it is queued, in the caller's call (a bad one raises
-``ProtocolError`` there and nothing is queued), with the widest envelope; :meth:`next_write`
-writes the real ``seq`` and ``t_ms`` in its place, so seq order is write order and what is
-written is bytes already checked. Control messages go before events; events are bounded, and an
-overflow is counted and reported as ``events.lost``.
+Every message is checked and encoded when it is made, in the caller's call (a bad one raises
+``ProtocolError`` there and nothing is sent), with the widest envelope; :meth:`EngineCore.stamp`
+writes the real ``seq`` and ``t_ms`` in its place as the link's writer takes the message, so
+seq order is write order and what is written is bytes already checked (the spec's decision
+seq-stamped-after-the-check). The outbound queue, the keepalive and the drain timeout are the
+link's (:mod:`voxwire.link`).
 
 The call's life with its agent is :data:`ENGINE_TRANSITIONS`: for each :class:`EngineState` the
 :class:`EngineInput` it takes, the state that follows and the :class:`EngineAction` run on the
@@ -27,7 +29,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum, StrEnum
@@ -89,20 +90,18 @@ from voxwire.brisvox.messages import (
 )
 from voxwire.brisvox.outputs import (
     BadMessage,
-    EventBuffer,
-    EventsDropped,
     HandshakeFailed,
     Ignored,
-    SendPing,
     Transition,
     refusal_text,
 )
-from voxwire.sansio import Close
+from voxwire.sansio import Close, SendText
 
 __all__ = [
     "ENGINE_TRANSITIONS",
     "AgentAccepted",
     "Backoff",
+    "CloseAfter",
     "CommandReceived",
     "EngineAction",
     "EngineCore",
@@ -111,6 +110,7 @@ __all__ = [
     "EngineState",
     "LinkDown",
     "LinkSettings",
+    "SendEvent",
     "ToolCallQueued",
     "ToolFinished",
     "ToolOutcome",
@@ -242,20 +242,17 @@ class EngineInput(Enum):
 class EngineAction(Enum):
     """What an :class:`EngineCore` does on a transition."""
 
-    START_HANDSHAKE = "queue session.start, arm the handshake deadline"
-    OPEN_LINK = "start the keepalive"
-    QUEUE_END = "queue session.usage and session.end"
+    START_HANDSHAKE = "write session.start, arm the handshake deadline"
+    DISARM = "stop the handshake deadline"
+    END_LINK = "write session.usage and session.end, then close"
     CLOSE = "close 1000"
     FAIL_TOOLS = "end the waiting tool calls"
-    DROP_QUEUED = "drop what is queued"
-    STOP_TIMERS = "stop the deadlines"
 
 
 _T = Transition
 _S = EngineState
 _I = EngineInput
 _A = EngineAction
-_LOSS: Final = (_A.FAIL_TOOLS, _A.DROP_QUEUED, _A.STOP_TIMERS)
 
 ENGINE_TRANSITIONS: Final[Mapping[EngineState, Mapping[EngineInput, Transition[_S, _A]]]] = {
     _S.IDLE: {
@@ -264,15 +261,15 @@ ENGINE_TRANSITIONS: Final[Mapping[EngineState, Mapping[EngineInput, Transition[_
         _I.END_CALL: _T(_S.GONE),
     },
     _S.HANDSHAKING: {
-        _I.ACCEPTED: _T(_S.OPEN, (_A.OPEN_LINK,)),
-        _I.RETRY: _T(_S.DOWN, (_A.DROP_QUEUED, _A.STOP_TIMERS)),
-        _I.GIVE_UP: _T(_S.GONE, (_A.DROP_QUEUED, _A.STOP_TIMERS)),
-        _I.END_CALL: _T(_S.GONE, (_A.CLOSE, _A.DROP_QUEUED, _A.STOP_TIMERS)),
+        _I.ACCEPTED: _T(_S.OPEN, (_A.DISARM,)),
+        _I.RETRY: _T(_S.DOWN, (_A.DISARM,)),
+        _I.GIVE_UP: _T(_S.GONE, (_A.DISARM,)),
+        _I.END_CALL: _T(_S.GONE, (_A.DISARM, _A.CLOSE)),
     },
     _S.OPEN: {
-        _I.RETRY: _T(_S.DOWN, _LOSS),
-        _I.GIVE_UP: _T(_S.GONE, _LOSS),
-        _I.END_CALL: _T(_S.ENDING, (_A.QUEUE_END,)),
+        _I.RETRY: _T(_S.DOWN, (_A.FAIL_TOOLS,)),
+        _I.GIVE_UP: _T(_S.GONE, (_A.FAIL_TOOLS,)),
+        _I.END_CALL: _T(_S.ENDING, (_A.END_LINK,)),
     },
     _S.DOWN: {
         _I.CONNECTED: _T(_S.HANDSHAKING, (_A.START_HANDSHAKE,)),
@@ -281,7 +278,7 @@ ENGINE_TRANSITIONS: Final[Mapping[EngineState, Mapping[EngineInput, Transition[_
         _I.END_CALL: _T(_S.GONE),
     },
     _S.ENDING: {
-        _I.GIVE_UP: _T(_S.GONE, _LOSS),
+        _I.GIVE_UP: _T(_S.GONE, (_A.FAIL_TOOLS,)),
         _I.END_CALL: _T(_S.ENDING),
     },
     _S.GONE: {
@@ -358,9 +355,27 @@ class LinkDown:
     reconnect_in: float | None
 
 
+@dataclass(frozen=True, slots=True)
+class SendEvent:
+    """Write one event (already encoded): the link may drop it when its event queue is full,
+    and reports the gap as ``events.lost``."""
+
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class CloseAfter:
+    """The call's end: write ``final`` after everything queued, then close the link."""
+
+    final: tuple[SendText, ...]
+    close: Close
+
+
 EngineOutput: TypeAlias = (
-    Close
-    | SendPing
+    SendText
+    | SendEvent
+    | CloseAfter
+    | Close
     | AgentAccepted
     | HandshakeFailed
     | CommandReceived
@@ -387,9 +402,11 @@ class _Step:
 
     now: float
     start: bytes = b""
-    """The session.start to queue (its queue form)."""
-    final: tuple[bytes, ...] = ()
-    """The call's last messages (session.usage, session.end) to queue."""
+    """The session.start to write."""
+    final: tuple[SendText, ...] = ()
+    """The call's last messages (session.usage, session.end)."""
+    reason: str = ""
+    """Why the link closes."""
     why: str = "the agent link was lost"
     """Why waiting tool calls end."""
 
@@ -399,9 +416,13 @@ _ITEM_PATH: Final = re.compile(r"\$\.(tools|events|context)\[(\d+)\]")
 
 
 def _queue_form(message: ServerMessage) -> bytes:
-    """``message`` checked and encoded with the widest envelope, which :meth:`EngineCore.
-    next_write` replaces by the real one (never longer). Raises ProtocolError."""
+    """``message`` checked and encoded with the widest envelope, which :meth:`EngineCore.stamp`
+    replaces by the real one (never longer). Raises ProtocolError."""
     return encode(msgspec.structs.replace(message, seq=JSON_SAFE_INTEGER, t_ms=JSON_SAFE_INTEGER))
+
+
+def _control(message: ServerMessage) -> SendText:
+    return SendText(_queue_form(message))
 
 
 class EngineCore:
@@ -452,19 +473,16 @@ class EngineCore:
         self._seq = 0
         self._last_written_seq = 0
         self._next_tool_id = 1
-        self._start: bytes | None = None
-        self._control: deque[bytes] = deque()
-        self._events: EventBuffer[bytes] = EventBuffer(self.settings.event_queue)
-        self._final: list[bytes] = []
+        self.outage_lost = 0
+        """Events that came while no link was up (reported in the next link's events.lost)."""
+        self.outage_lost_total = 0
+        """The same, over the call's life."""
         self._subscription: frozenset[str] | None = None
         self._tools: dict[int, _Waiting] = {}
         self._declared: dict[str, ToolDeclaration] = {}
         self._deadline: float | None = None
-        self._last_heard = now
-        self._next_ping: float | None = None
         self._opened_at = now
         self._ending = False
-        self._resume_lost: int | None = None
         self._start_message(UNSET)  # checks session_id, agent and call now
 
     # -- properties -----------------------------------------------------------------------------
@@ -478,26 +496,6 @@ class EngineCore:
     def waiting_tools(self) -> int:
         """Tool calls waiting for a result."""
         return len(self._tools)
-
-    @property
-    def events_lost(self) -> int:
-        """Events dropped over the call's life (queue full, link down), each reported to the
-        agent in an ``events.lost``."""
-        return self._events.lost_total
-
-    @property
-    def has_output(self) -> bool:
-        """Whether :meth:`next_write` has something to write now."""
-        if self.state is EngineState.HANDSHAKING:
-            return self._start is not None
-        if self.state not in (EngineState.OPEN, EngineState.ENDING):
-            return False
-        return bool(self._control) or self._events.peek_is_event() or bool(self._final)
-
-    @property
-    def finished(self) -> bool:
-        """Whether the call's end was written (the adapter closes the link now)."""
-        return self.state is EngineState.ENDING and not self.has_output
 
     # -- the link -------------------------------------------------------------------------------
 
@@ -536,53 +534,29 @@ class EngineCore:
             return self._lose(now, reason)
         return []
 
-    def next_write(self, now: float) -> bytes | None:
-        """The next message to write, stamped with its seq and t_ms, or None."""
-        if not self.has_output:
-            return None
-        data: bytes
-        if self.state is EngineState.HANDSHAKING:
-            assert self._start is not None
-            data, self._start = self._start, None
-        elif self._control:
-            data = self._control.popleft()
-        elif self._events.peek_is_event():
-            if self._resume_lost is not None:
-                data = _queue_form(EventsLost(seq=0, t_ms=0, count=self._resume_lost))
-                self._resume_lost = None
-            else:
-                item = self._events.pop()
-                if isinstance(item, EventsDropped):
-                    data = _queue_form(EventsLost(seq=0, t_ms=0, count=item.count))
-                else:
-                    assert item is not None
-                    data = item
-        else:
-            data = self._final.pop(0)
+    def stamp(self, frame: SendText, now: float) -> SendText:
+        """``frame`` with its seq and t_ms, as the link's writer takes it (write order)."""
         self._seq += 1
         self._last_written_seq = self._seq
         if self._origin is None:  # t_ms counts from the call's first write: 0 in session.start
             self._origin = now
         t_ms = max(0, int((now - self._origin) * 1000))
-        return data.replace(_WIDEST, b',"seq":%d,"t_ms":%d' % (self._seq, t_ms), 1)
+        return SendText(frame.data.replace(_WIDEST, b',"seq":%d,"t_ms":%d' % (self._seq, t_ms), 1))
 
-    def pong(self, now: float) -> list[EngineOutput]:
-        """A pong arrived (the link is alive)."""
-        self._last_heard = now
-        return []
+    @staticmethod
+    def events_lost(count: int) -> SendText:
+        """The ``events.lost`` the link writes where ``count`` events were dropped."""
+        return _control(EventsLost(seq=0, t_ms=0, count=count))
 
     def receive_binary(self, data: bytes, now: float) -> list[EngineOutput]:
         """A binary frame arrived: answered with an error event, the link stays."""
-        self._last_heard = now
         error = ProtocolError(ErrorCode.BAD_MESSAGE, "binary frames are not part of the protocol")
         if self.state is EngineState.HANDSHAKING:
             return self._handshake_failed(now, f"bad first message: {error}")
-        self._report(error)
-        return [BadMessage(error, answered=True)]
+        return [self._report(error), BadMessage(error, answered=True)]
 
     def receive_text(self, data: bytes | str, now: float) -> list[EngineOutput]:
         """A text message arrived from the agent."""
-        self._last_heard = now
         if self.state is EngineState.HANDSHAKING:
             return self._handshake(data, now)
         if self.state not in (EngineState.OPEN, EngineState.ENDING):
@@ -600,8 +574,7 @@ class EngineCore:
                 "a handshake message after the handshake",
                 message_type=message.type,
             )
-            self._report(error)
-            return [BadMessage(error, answered=True)]
+            return [self._report(error), BadMessage(error, answered=True)]
         if isinstance(message, End):
             self._ending = True
         return [CommandReceived(message, self.link)]
@@ -616,7 +589,7 @@ class EngineCore:
         """
         command = received.command
         if command.id is not UNSET:
-            data = _queue_form(
+            frame = _control(
                 CommandResult(
                     seq=0,
                     t_ms=0,
@@ -626,49 +599,51 @@ class EngineCore:
                 )
             )
         elif error is not None:
-            data = _queue_form(self._error_event(f"{error[0]}: {command.type}: {error[1]}"))
+            frame = _control(self._error_event(f"{error[0]}: {command.type}: {error[1]}"))
         else:
             return []
         if received.link != self.link or self.state not in (EngineState.OPEN, EngineState.ENDING):
             self.ignored += 1
             return [Ignored(f"the answer to {command.type} on a lost link")]
-        self._control.append(data)
-        return []
+        return [frame]
 
     def send_event(self, event: Event | ErrorEvent, now: float) -> list[EngineOutput]:
-        """Queue an event (its seq and t_ms are written when it is; pass 0).
+        """Send an event (its seq and t_ms are written when it is; pass 0).
 
-        An event the agent did not subscribe to is skipped; one that does not fit the queue, or
-        comes while the link is down, is counted and reported as ``events.lost``. Raises
-        ProtocolError (nothing queued) when the event breaks a rule.
+        An event the agent did not subscribe to is skipped; one that comes while the link is
+        down is counted and reported in the next link's ``events.lost``; an ``error`` is a
+        control message, never dropped. Raises ProtocolError (nothing sent) when the event
+        breaks a rule.
         """
         data = _queue_form(event)
         if isinstance(event, ErrorEvent):
             if self.state in (EngineState.OPEN, EngineState.ENDING):
-                self._control.append(data)
+                return [SendText(data)]
             return []
         if self._subscription is not None and event.type not in self._subscription:
             return []
         if self.state is EngineState.OPEN:
-            self._events.push(data)
-        elif self.state in (EngineState.DOWN, EngineState.HANDSHAKING):
-            self._events.drop(1)
+            return [SendEvent(data)]
+        if self.state in (EngineState.DOWN, EngineState.HANDSHAKING):
+            self.outage_lost += 1
+            self.outage_lost_total += 1
         return []
 
     def end_call(
         self, reason: str, now: float, usage: SessionUsage | None = None
     ) -> list[EngineOutput]:
         """The call ends: ``session.usage`` (if given) and ``session.end`` are written after what
-        is queued; then the adapter closes the link (bounded by the close timeout).
+        is queued, then the link closes (:class:`CloseAfter`, bounded by the close timeout).
 
         Raises ProtocolError (nothing changes) when ``usage`` or ``reason`` breaks a rule.
         """
         final = (
-            *((_queue_form(usage),) if usage is not None else ()),
-            _queue_form(SessionEnd(seq=0, t_ms=0, reason=reason)),
+            *((_control(usage),) if usage is not None else ()),
+            _control(SessionEnd(seq=0, t_ms=0, reason=reason)),
         )
         self._ending = True
-        return self._step(EngineInput.END_CALL, _Step(now, final=final, why="the call ended"))
+        step = _Step(now, final=final, why="the call ended", reason=reason)
+        return self._step(EngineInput.END_CALL, step)
 
     # -- tools ----------------------------------------------------------------------------------
 
@@ -711,10 +686,10 @@ class EngineCore:
             idempotency_key=idempotency_key(self.session_id, call_id),
             timeout_ms=declaration.timeout_ms,
         )
-        self._control.append(_queue_form(call))
+        frame = _control(call)
         self._next_tool_id += 1
         self._tools[request_id] = _Waiting(call, now + declaration.timeout_ms / 1000)
-        return [ToolCallQueued(request_id, call_id)]
+        return [frame, ToolCallQueued(request_id, call_id)]
 
     def cancel_tool(
         self, request_id: int, now: float, reason: ToolCancelReason = ToolCancelReason.INTERRUPTED
@@ -724,21 +699,21 @@ class EngineCore:
         waiting = self._tools.get(request_id)
         if waiting is None:
             return [Ignored(f"cancel of tool call {request_id}, which is not waiting")]
-        self._control.append(_queue_form(ToolCancel(seq=0, t_ms=0, id=request_id, reason=reason)))
+        cancel = self._cancel(request_id, reason)
         if waiting.call.kind is ToolKind.SIDE_EFFECT:
-            return []
+            return [cancel]
         del self._tools[request_id]
         outcome = (
             ToolOutcome.INTERRUPTED
             if reason is ToolCancelReason.INTERRUPTED
             else ToolOutcome.TIMEOUT
         )
-        return [ToolFinished(request_id, waiting.call.call_id, outcome)]
+        return [cancel, ToolFinished(request_id, waiting.call.call_id, outcome)]
 
     # -- time -----------------------------------------------------------------------------------
 
     def tick(self, now: float) -> list[EngineOutput]:
-        """Fire what is due: the handshake deadline, pings, silence, tool deadlines."""
+        """Fire what is due: the handshake deadline, tool deadlines (keepalive is the link's)."""
         out: list[EngineOutput] = []
         if self.state is EngineState.HANDSHAKING:
             if self._deadline is not None and now >= self._deadline:
@@ -746,19 +721,13 @@ class EngineCore:
             return out
         if self.state not in (EngineState.OPEN, EngineState.ENDING):
             return out
-        if now - self._last_heard >= self.settings.silence_timeout:
-            reason = f"nothing heard for {self.settings.silence_timeout:g} s"
-            return [Close(CloseCode.GOING_AWAY, "silence"), *self._lose(now, reason)]
-        if self._next_ping is not None and now >= self._next_ping:
-            out.append(SendPing())
-            self._next_ping = now + self.settings.ping_interval
         for request_id, waiting in list(self._tools.items()):
             if now < waiting.deadline:
                 continue
             call = waiting.call
             if call.kind is ToolKind.READ_ONLY:
                 del self._tools[request_id]
-                self._cancel(request_id, ToolCancelReason.ABANDONED)
+                out.append(self._cancel(request_id, ToolCancelReason.ABANDONED))
                 out.append(ToolFinished(request_id, call.call_id, ToolOutcome.TIMEOUT))
             elif not waiting.overdue:
                 waiting.overdue = True
@@ -766,7 +735,7 @@ class EngineCore:
                 out.append(ToolOverdue(request_id, call.call_id))
             else:
                 del self._tools[request_id]
-                self._cancel(request_id, ToolCancelReason.TIMEOUT)
+                out.append(self._cancel(request_id, ToolCancelReason.TIMEOUT))
                 out.append(ToolFinished(request_id, call.call_id, ToolOutcome.OUTCOME_UNKNOWN))
         return out
 
@@ -776,11 +745,7 @@ class EngineCore:
             return self._deadline
         if self.state not in (EngineState.OPEN, EngineState.ENDING):
             return None
-        deadlines = [self._last_heard + self.settings.silence_timeout]
-        if self._next_ping is not None:
-            deadlines.append(self._next_ping)
-        deadlines.extend(w.deadline for w in self._tools.values())
-        return min(deadlines)
+        return min((w.deadline for w in self._tools.values()), default=None)
 
     # -- the transition table -------------------------------------------------------------------
 
@@ -797,21 +762,15 @@ class EngineCore:
     def _start_handshake(self, step: _Step) -> list[EngineOutput]:
         self.link += 1
         self._deadline = step.now + self.settings.handshake_timeout
-        self._last_heard = step.now
         self._opened_at = step.now
-        self._next_ping = None
-        self._control.clear()
-        self._start = step.start
-        return []
+        return [SendText(step.start)]
 
-    def _open_link(self, step: _Step) -> list[EngineOutput]:
+    def _disarm(self, step: _Step) -> list[EngineOutput]:
         self._deadline = None
-        self._next_ping = step.now + self.settings.ping_interval
         return []
 
-    def _queue_end(self, step: _Step) -> list[EngineOutput]:
-        self._final.extend(step.final)
-        return []
+    def _end_link(self, step: _Step) -> list[EngineOutput]:
+        return [CloseAfter(step.final, Close(CloseCode.NORMAL, step.reason))]
 
     def _close(self, step: _Step) -> list[EngineOutput]:
         return [Close(CloseCode.NORMAL, "call ended")]
@@ -828,18 +787,6 @@ class EngineCore:
             out.append(ToolFinished(request_id, call.call_id, outcome, error=step.why))
         self._tools.clear()
         return out
-
-    def _drop_queued(self, step: _Step) -> list[EngineOutput]:
-        self._start = None
-        self._control.clear()
-        self._final.clear()
-        self._events.clear()
-        return []
-
-    def _stop_timers(self, step: _Step) -> list[EngineOutput]:
-        self._deadline = None
-        self._next_ping = None
-        return []
 
     # -- internals ------------------------------------------------------------------------------
 
@@ -885,10 +832,10 @@ class EngineCore:
         events = message.events
         self._subscription = None if events is UNSET else frozenset(events)
         out = self._step(EngineInput.ACCEPTED, _Step(now))
-        for problem in problems:
-            self._control.append(_queue_form(self._error_event(problem)))
-        if resumed:
-            self._resume_lost = self._events.take_lost()
+        out += [_control(self._error_event(problem)) for problem in problems]
+        if resumed:  # before the first event: what the outage cost, 0 included
+            out.append(self.events_lost(self.outage_lost))
+            self.outage_lost = 0
         out.append(AgentAccepted(message, resumed, tuple(problems)))
         return out
 
@@ -963,8 +910,9 @@ class EngineCore:
         self._next_tool_id += 1
         return ToolFinished(request_id, call_id, outcome, error=why)
 
-    def _cancel(self, request_id: int, reason: ToolCancelReason) -> None:
-        self._control.append(_queue_form(ToolCancel(seq=0, t_ms=0, id=request_id, reason=reason)))
+    @staticmethod
+    def _cancel(request_id: int, reason: ToolCancelReason) -> SendText:
+        return _control(ToolCancel(seq=0, t_ms=0, id=request_id, reason=reason))
 
     def _tool_result(self, result: ToolResult) -> list[EngineOutput]:
         waiting = self._tools.pop(result.id, None)
@@ -996,15 +944,13 @@ class EngineCore:
                 error=CommandError(code=exc.code, message=refusal_text(exc)),
             )
             try:  # the id must pass the id rule to be echoed
-                self._control.append(_queue_form(result))
-                return [BadMessage(exc, answered=True)]
+                return [_control(result), BadMessage(exc, answered=True)]
             except ProtocolError:
                 pass
-        self._report(exc)
-        return [BadMessage(exc, answered=True)]
+        return [self._report(exc), BadMessage(exc, answered=True)]
 
-    def _report(self, error: ProtocolError) -> None:
-        self._control.append(_queue_form(self._error_event(refusal_text(error))))
+    def _report(self, error: ProtocolError) -> SendText:
+        return _control(self._error_event(refusal_text(error)))
 
     @staticmethod
     def _error_event(message: str) -> ErrorEvent:
@@ -1013,10 +959,8 @@ class EngineCore:
 
 _ACTIONS: Final[Mapping[EngineAction, Callable[[EngineCore, _Step], list[EngineOutput]]]] = {
     EngineAction.START_HANDSHAKE: EngineCore._start_handshake,
-    EngineAction.OPEN_LINK: EngineCore._open_link,
-    EngineAction.QUEUE_END: EngineCore._queue_end,
+    EngineAction.DISARM: EngineCore._disarm,
+    EngineAction.END_LINK: EngineCore._end_link,
     EngineAction.CLOSE: EngineCore._close,
     EngineAction.FAIL_TOOLS: EngineCore._fail_tools,
-    EngineAction.DROP_QUEUED: EngineCore._drop_queued,
-    EngineAction.STOP_TIMERS: EngineCore._stop_timers,
 }

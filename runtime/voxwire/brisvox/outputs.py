@@ -23,16 +23,10 @@ __all__ = [
     "EventsDropped",
     "HandshakeFailed",
     "Ignored",
-    "SendPing",
     "Transition",
     "refusal_text",
     "transition_table",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class SendPing:
-    """Send a WebSocket ping (the engine side's keepalive); report the pong with ``pong()``."""
 
 
 @dataclass(frozen=True, slots=True)
