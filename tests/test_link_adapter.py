@@ -103,6 +103,25 @@ def test_everything_queued_in_one_wakeup_goes_out_in_one_drain_in_order() -> Non
     run(main)
 
 
+def test_a_server_side_link_writes_its_batches_and_closes_with_its_code() -> None:
+    async def handler(ws: ServerConnection) -> None:
+        link = Link(ws, Outbound(event_bound=64, overflow=Overflow.WAIT), clock=SYSTEM_CLOCK,
+                    drain_timeout=2.0)  # fmt: skip
+        link.feed(text(n) for n in range(500))
+        link.close(1001, "bye", final=[SendBinary(b"end")])
+        await link.wait_closed()
+
+    async def main() -> None:
+        async with serve(handler, "127.0.0.1", 0, compression=None) as server:
+            port = server.sockets[0].getsockname()[1]
+            async with connect(f"ws://127.0.0.1:{port}", compression=None) as ws:
+                received = [message async for message in ws]
+                assert received == [*(text(n).data.decode() for n in range(500)), b"end"]
+                assert (ws.close_code, ws.close_reason) == (1001, "bye")
+
+    run(main)
+
+
 @pytest.mark.parametrize("burst", [256, 257, 10_000])
 def test_a_burst_over_the_event_bound_is_written_up_to_it_and_the_rest_reported(burst: int) -> None:
     def lost(count: int) -> SendText:
@@ -297,6 +316,11 @@ def test_a_black_hole_is_noticed_one_silence_timeout_after_the_last_sign_of_life
             assert proxy is not None
             seen, on_down = downs()
             at: list[float] = []
+
+            def down_at(down: LinkDown) -> None:
+                at.append(time.monotonic())
+                on_down(down)
+
             keepalive = Keepalive(ping_interval=0.2, silence_timeout=0.6, now=SYSTEM_CLOCK.now())
             link = Link(
                 ws,
@@ -304,7 +328,7 @@ def test_a_black_hole_is_noticed_one_silence_timeout_after_the_last_sign_of_life
                 clock=SYSTEM_CLOCK,
                 drain_timeout=write_timeout,
                 keepalive=keepalive,
-                on_down=lambda d: (at.append(time.monotonic()), on_down(d)),
+                on_down=down_at,
             )
             await asyncio.sleep(0.5)
             assert link.pongs >= 1

@@ -24,14 +24,13 @@ def test_a_zone_reaches_getaddrinfo_decoded() -> None:
     assert overrides == {"host": "fe80::1%lo", "port": 8765}
     with pytest.raises(socket.gaierror):  # the URL's text, as websockets would pass it
         socket.getaddrinfo("fe80::1%25lo", 8765, flags=socket.AI_NUMERICHOST)
+    host, port = overrides["host"], overrides["port"]
+    assert isinstance(host, str) and isinstance(port, int)
     [(_, _, _, _, address)] = socket.getaddrinfo(
-        overrides["host"],
-        overrides["port"],
-        socket.AF_INET6,
-        socket.SOCK_STREAM,
-        flags=socket.AI_NUMERICHOST,
+        host, port, socket.AF_INET6, socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST
     )
-    assert address[0] == "fe80::1" and address[3] == socket.if_nametoindex("lo")
+    assert len(address) == 4  # an IPv6 address: host, port, flow info, scope id
+    assert address[0] == "fe80::1" and address[-1] == socket.if_nametoindex("lo")
 
 
 def test_no_overrides_without_a_zone() -> None:
