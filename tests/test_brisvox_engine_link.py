@@ -16,8 +16,9 @@ from tests.peers.raw import DEADLINE, RawAgent, aio
 from voxwire import brisvox
 from voxwire._rules import JSON_SAFE_INTEGER
 from voxwire.brisvox.engine import AgentTarget, EngineLink
-from voxwire.brisvox.engine_core import CommandReceived, LinkDown, ToolOutcome
+from voxwire.brisvox.engine_core import CommandReceived, EngineCore, LinkDown, ToolOutcome
 from voxwire.hosts import check_url
+from voxwire.sansio import SendText
 
 BOOK = {
     "name": "book",
@@ -146,17 +147,15 @@ async def test_an_event_at_the_size_limit_goes_out_and_one_byte_more_is_refused(
 async def test_a_failing_writer_takes_the_link_down_and_the_fallback_runs(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    import voxwire.link.adapter
-
-    write = voxwire.link.adapter._write_frames
+    stamp = EngineCore.stamp
     armed = asyncio.Event()
 
-    async def failing(ws: Any, frames: Any) -> None:
-        if armed.is_set():
+    def failing(core: EngineCore, frame: SendText, now: float) -> SendText:
+        if armed.is_set():  # in the writer's path, as it takes the next batch
             raise RuntimeError("injected writer fault")
-        await write(ws, frames)
+        return stamp(core, frame, now)
 
-    monkeypatch.setattr(voxwire.link.adapter, "_write_frames", failing)
+    monkeypatch.setattr(EngineCore, "stamp", failing)
     caplog.set_level(logging.WARNING)
     async with RawAgent(ACCEPT) as agent:
         link = await _linked(agent)
