@@ -1,4 +1,10 @@
-"""Every Python name the generated code uses is decided here, and nowhere else."""
+"""Every Python name the generated code uses is decided here, and nowhere else.
+
+Derived names are functions of the spec's names; fixed ones are constants. The renderer and the
+Python view (render.py, pymodel.py) take them from here, and templates print them from here
+(the Jinja global ``names``) or from a view built here; tests/test_codegen.py checks that no other
+codegen module or template spells one.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +13,28 @@ import re
 
 __all__ = [
     "CLOSE_CODE",
+    "DECODE",
+    "DECODER",
+    "ENCODE",
     "END_REASONS",
+    "ERROR_CODE",
+    "ERROR_DESCRIPTIONS",
+    "JSON_SAFE_INTEGER",
+    "MESSAGE_BASE",
+    "MESSAGE_TYPES",
+    "OBJECT_BASE",
     "ON",
     "ON_HOOK",
+    "PROTOCOL_ERROR",
+    "PROTOCOL_TITLE",
+    "PROTOCOL_VERSION",
+    "RECOVERABLE",
+    "RULES",
+    "SENDER",
     "SEND_HOOK",
     "SENT",
+    "SPEC_SHA256",
+    "UNKNOWN_MESSAGE",
     "attribute",
     "carried_by",
     "check_function",
@@ -22,15 +45,20 @@ __all__ = [
     "enum_union",
     "enum_values",
     "envelope",
+    "expected_argument",
     "field_set_class",
     "field_set_union",
     "flag",
+    "frame_functions",
     "frame_header",
     "frame_size",
+    "item_variable",
     "module_path",
+    "plaintext_hosts",
     "raised_by",
     "role_receives",
     "role_sends",
+    "rule",
     "send_method",
     "sender_union",
     "union_types",
@@ -167,6 +195,96 @@ def frame_header(frame_name: str) -> str:
 def flag(flag_name: str) -> str:
     """``last_of_utterance`` -> ``FLAG_LAST_OF_UTTERANCE``: the mask of a named bit."""
     return f"FLAG_{flag_name.upper()}"
+
+
+# -- fixed names of the generated modules --------------------------------------------------
+
+MESSAGE_BASE = "Message"
+"""messages.py: the base class of every message (tagged by ``type``)."""
+
+OBJECT_BASE = "Object"
+"""messages.py: the base class of the nested objects messages carry."""
+
+MESSAGE_TYPES = "MESSAGE_TYPES"
+"""messages.py: every message class by its wire type."""
+
+ERROR_CODE = "ErrorCode"
+"""errors.py: the StrEnum of the protocol's error codes."""
+
+PROTOCOL_ERROR = "ProtocolError"
+"""errors.py: the exception that carries an error code."""
+
+ERROR_DESCRIPTIONS = "ERROR_DESCRIPTIONS"
+"""errors.py: what each code means, as the spec says it."""
+
+RECOVERABLE = "RECOVERABLE"
+"""errors.py: whether the link stays open after an error with that code."""
+
+# codec.py: its functions, and the Literal type of a sender's id.
+DECODE = "decode"
+DECODER = "decoder"
+ENCODE = "encode"
+SENDER = "Sender"
+
+# _api.py: what the package says about the spec it was generated from.
+SPEC_SHA256 = "SPEC_SHA256"
+PROTOCOL_TITLE = "PROTOCOL_TITLE"
+PROTOCOL_VERSION = "PROTOCOL_VERSION"
+
+# -- names the runtime defines and the generated code uses -------------------------------------
+
+UNKNOWN_MESSAGE = "UnknownMessage"
+"""``voxwire._codec``: what a type nobody sends decodes to."""
+
+JSON_SAFE_INTEGER = "JSON_SAFE_INTEGER"
+"""``voxwire._rules``: the bound of an integer the spec gives no range."""
+
+RULES = frozenset(
+    {
+        "at_least_one_of",
+        "at_most_one_of",
+        "exactly_one_of",
+        "max_bytes",
+        "min_bytes",
+        "min_fields",
+        "not_blank",
+        "requires",
+        "unique",
+    }
+)
+"""``voxwire._rules``: the value rules the generated checks call."""
+
+
+def rule(function: str) -> str:
+    """A value rule's function, refused when ``voxwire._rules`` has no such rule."""
+    if function not in RULES:
+        raise ValueError(f"voxwire._rules has no rule {function!r}")
+    return function
+
+
+# -- derived names, continued ------------------------------------------------------------------
+
+
+def plaintext_hosts(key: str) -> str:
+    """``ipv4`` -> ``PLAINTEXT_IPV4``, ``names`` -> ``PLAINTEXT_HOST_NAMES``: the host rule."""
+    return "PLAINTEXT_HOST_NAMES" if key == "names" else f"PLAINTEXT_{key.upper()}"
+
+
+def frame_functions(frame_name: str, only: bool) -> tuple[str, str]:
+    """The decode and encode function of a frame: ``decode_frame`` when it is the protocol's
+    only one, else ``decode_audio_frame``."""
+    snake = "frame" if only else _snake(frame_name)
+    return f"decode_{snake}", f"encode_{snake}"
+
+
+def expected_argument(field: str) -> str:
+    """``direction`` -> ``expected_direction``: a frame decoder's keyword for a field's value."""
+    return f"expected_{field}"
+
+
+def item_variable(attribute_name: str) -> str:
+    """``tools`` -> ``tools_item``: the loop variable of a check over an array or map."""
+    return f"{attribute_name.rstrip('_')}_item"
 
 
 def module_path(protocol_id: str, module: str) -> str:

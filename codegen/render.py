@@ -35,7 +35,6 @@ from codegen.pymodel import (
 from codegen.reference import reference_pages
 from codegen.templating import GROUP_TITLES, Proxy
 from codegen.vectors import render_vectors
-from voxwire import _rules as rules
 
 __all__ = ["RUFF_VERSION", "RenderError", "package_stub", "render"]
 
@@ -56,6 +55,7 @@ _TEMPLATES.filters["py"] = repr
 _TEMPLATES.filters["doc"] = lambda lines, indent=4: _docstring_literal(lines, indent)
 _TEMPLATES.filters["wrap"] = lambda paragraphs, indent=0: "\n".join(wrap(paragraphs, indent))
 _TEMPLATES.filters["pystr"] = lambda text, indent=4: _string_literal(text, indent)
+_TEMPLATES.globals["names"] = names  # every name a template prints comes from codegen.names
 
 
 def _docstring_literal(paragraphs: list[str], indent: int) -> str:
@@ -212,8 +212,8 @@ def _errors(p: Protocol, header: str) -> str:
     ending = [(e.py_name, e.end_reason) for e in p.errors if e.end_reason is not None]
     end_enum = ending[0][1][0].name if ending else None  # the resolver checks they share one
     end_reasons = [(code, f"{enum.name}.{value.py_name}") for code, (enum, value) in ending]
-    exports = ["ERROR_DESCRIPTIONS", "ErrorCode", "ProtocolError"]
-    exports += ["RECOVERABLE"] if recoverable else []
+    exports = [names.ERROR_DESCRIPTIONS, names.ERROR_CODE, names.PROTOCOL_ERROR]
+    exports += [names.RECOVERABLE] if recoverable else []
     exports += [c["name"] for c in code_sets]
     exports += [names.END_REASONS] if end_reasons else []
     return _TEMPLATES.get_template("errors.py.j2").render(
@@ -263,16 +263,14 @@ def _transport_constants(p: Protocol) -> list[dict[str, Any]]:
         ):
             out.append(
                 {
-                    "name": names.constant(
-                        f"plaintext_{key}" if key != "names" else "plaintext_host_names"
-                    ),
+                    "name": names.plaintext_hosts(key),
                     "literal": repr(tuple(hosts[key])),
                     "doc": docstring(doc),
                 }
             )
         out.append(
             {
-                "name": "PLAINTEXT_SINGLE_LABEL",
+                "name": names.plaintext_hosts("single_label"),
                 "literal": repr(hosts["single_label"]),
                 "doc": docstring(
                     "What a single-label host name (no dot) gets: accept, warn or refuse."
@@ -345,7 +343,7 @@ def _messages(model: PyModel, header: str) -> str:
     for name in ("Annotated", "Any"):
         if re.search(rf"\b{name}\b", text_all):
             typing_names.append(name)
-    safe_integer = "JSON_SAFE_INTEGER" in text_all
+    safe_integer = names.JSON_SAFE_INTEGER in text_all
     msgspec_names = ["UNSET", "UnsetType"]
     if model.uses_meta:
         msgspec_names.append("Meta")
@@ -368,7 +366,7 @@ def _messages(model: PyModel, header: str) -> str:
         + [c.name for c in model.messages]
         + [u.name for u in p.unions]
         + [u.types_name for u in p.unions]
-        + ["MESSAGE_TYPES", "Message", "Object"]
+        + [names.MESSAGE_TYPES, names.MESSAGE_BASE, names.OBJECT_BASE]
     )
     enum_bases = sorted({e.base for e in model.enums}) or ["StrEnum"]
     intro = docstring(
@@ -398,7 +396,7 @@ def _messages(model: PyModel, header: str) -> str:
 def _checks(model: PyModel, header: str) -> str:
     p = model.protocol
     body = "\n".join(line for c in model.checks for line in c.body)
-    rule_names = sorted(set(re.findall(r"\b([a-z_]+)\(", body)) & set(rules.__all__))
+    rule_names = sorted({name for c in model.checks for name in c.rules})
     constant_imports = sorted(
         c for c in _referenced_constants(_all_fields(p)) if re.search(rf"\b{c}\b", body)
     )
@@ -418,7 +416,7 @@ def _codec(model: PyModel, header: str) -> str:
     checks = [(c.class_name, c.function) for c in model.checks if c.message_type is not None]
     senders = []
     for s in p.senders:
-        result = s.union_name + (" | UnknownMessage" if s.accepts_unknown else "")
+        result = s.union_name + (f" | {names.UNKNOWN_MESSAGE}" if s.accepts_unknown else "")
         senders.append(
             {
                 "id": s.id,
@@ -432,7 +430,7 @@ def _codec(model: PyModel, header: str) -> str:
         )
     all_results = " | ".join(
         [s.union_name for s in p.senders]
-        + (["UnknownMessage"] if any(s.accepts_unknown for s in p.senders) else [])
+        + ([names.UNKNOWN_MESSAGE] if any(s.accepts_unknown for s in p.senders) else [])
     )
     error_names = {e.code: e.py_name for e in p.errors}
     return _TEMPLATES.get_template("codec.py.j2").render(
@@ -456,9 +454,7 @@ def _frames(p: Protocol, header: str) -> str:
     frames = build_frames(p)
     views = []
     for fr in frames:
-        snake = (
-            "frame" if len(frames) == 1 else names.check_function(fr.name).removeprefix("check_")
-        )
+        decode, encode = names.frame_functions(fr.name, only=len(frames) == 1)
         expect = next(
             f.name
             for frame in p.frames
@@ -466,14 +462,22 @@ def _frames(p: Protocol, header: str) -> str:
             for f in frame.header
             if f.enum is not None
         )
-        views.append(Proxy(fr, snake=snake, expect=f"expected_{expect}", expect_field=expect))
+        views.append(
+            Proxy(
+                fr,
+                decode=decode,
+                encode=encode,
+                expect=names.expected_argument(expect),
+                expect_field=expect,
+            )
+        )
     frame_enums = sorted(
         {f.enum.name for frame in p.frames for f in frame.header if f.enum is not None}
     )
     enum_sets = [(names.enum_values(e), e) for e in frame_enums]
     exports = []
     for view in views:
-        exports += [view.name, view.size_constant, f"decode_{view.snake}", f"encode_{view.snake}"]
+        exports += [view.name, view.size_constant, view.decode, view.encode]
         exports += [const for const, _, _, _ in view.flags]
     return _TEMPLATES.get_template("frames.py.j2").render(
         header=header,
@@ -513,7 +517,7 @@ def _roles(p: Protocol, header: str) -> str:
 
 def _init(p: Protocol, header: str, modules: dict[str, str]) -> str:
     imports = []
-    exports = ["UnknownMessage", "PROTOCOL_TITLE", "SPEC_SHA256"]
+    exports = [names.UNKNOWN_MESSAGE, names.PROTOCOL_TITLE, names.SPEC_SHA256]
     for module in ("codec", "constants", "errors", "frames", "messages"):
         if module + ".py" not in modules:
             continue
@@ -530,9 +534,9 @@ def _init(p: Protocol, header: str, modules: dict[str, str]) -> str:
         imports.append((module, sorted(public)))
         exports += public
     # The spec may name its version as a constant too (the resolver checks they agree).
-    define_version = "PROTOCOL_VERSION" not in exports
+    define_version = names.PROTOCOL_VERSION not in exports
     if define_version:
-        exports.append("PROTOCOL_VERSION")
+        exports.append(names.PROTOCOL_VERSION)
     intro = docstring(p.description)
     return _TEMPLATES.get_template("_api.py.j2").render(
         header=header,

@@ -6,6 +6,7 @@ import ast
 import importlib
 import inspect
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -21,7 +22,14 @@ from codegen.render import package_stub
 from tests.conftest import ROOT
 from tests.typecheck.stubs import Agent, Client, Engine, Gateway
 
-COPIED = ("spec", "codegen", "generated", "docs/reference", "pyproject.toml")
+COPIED = (
+    "spec",
+    "codegen",
+    "generated",
+    "docs/reference",
+    "pyproject.toml",
+    "runtime/voxwire/_rules.py",
+)
 
 
 def test_committed_files_match_the_spec() -> None:
@@ -233,3 +241,68 @@ def test_on_takes_what_the_other_end_sends_and_names_the_role_when_it_refuses() 
         engine.on("user.text", print)  # type: ignore[call-overload]
     # A typed send returns what the adapter's hook returns.
     assert Gateway().send_agent_output(turn_id="t1", text="Hi.", final=True) == 1
+
+
+# -- codegen hygiene: one naming module; no import of the package it generates -------------------
+
+
+def _generated_public_names() -> set[str]:
+    found: set[str] = set()
+    for path in (ROOT / "generated" / "voxwire").rglob("*.py"):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "__all__":
+                found |= {ast.literal_eval(item) for item in node.value.elts}  # type: ignore[attr-defined]
+    return found
+
+
+def test_no_generated_name_is_spelled_outside_the_naming_module() -> None:
+    """render.py, pymodel.py and ir.py take every name from codegen/names.py, and templates
+    print names from it (``{{ names.ERROR_CODE }}``) or from the view; none spells one itself."""
+    public = _generated_public_names()
+    assert {"ErrorCode", "decode", "CloseCode", "ClientSends"} <= public
+    found = []
+    for module in ("render", "pymodel", "ir"):
+        path = ROOT / "codegen" / f"{module}.py"
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        skipped = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Expr)}
+        skipped |= {  # the module's own __all__
+            id(item)
+            for node in tree.body
+            if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "__all__"
+            for item in node.value.elts  # type: ignore[attr-defined]
+        }
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and id(node) not in skipped
+            ):
+                words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", node.value))
+                found += [f"{path.name}:{node.lineno}: {w}" for w in sorted(words & public)]
+    for path in sorted((ROOT / "codegen" / "templates").glob("*.py.j2")):
+        text = re.sub(r"\{\{.*?\}\}|\{%.*?%\}", " ", path.read_text(encoding="utf-8"))
+        code = re.sub(r'"""[\s\S]*?"""|#.*', " ", text)  # prose may name them
+        for number, line in enumerate(code.splitlines(), 1):
+            words = set(re.findall(r"(?<![.\w])[A-Za-z_][A-Za-z0-9_]*", line))
+            found += [f"{path.name}:{number}: {w}" for w in sorted(words & public)]
+    assert not found
+
+
+def test_codegen_runs_where_voxwire_cannot_be_imported() -> None:
+    """The generator needs only its own modules and the spec: the package it generates is not
+    installed in a fresh clone (here: any import of voxwire fails)."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; sys.modules['voxwire'] = None\n"
+            "from codegen.pipeline import check\n"
+            "assert check() == [], 'drift'\n",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
