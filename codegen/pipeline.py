@@ -6,6 +6,7 @@ import difflib
 from dataclasses import dataclass
 from pathlib import Path
 
+from codegen.asyncapi import asyncapi_outputs
 from codegen.diagrams import load_flows
 from codegen.examples import check_examples
 from codegen.ir import Protocol, resolve
@@ -17,7 +18,12 @@ from codegen.typescript import render_package
 __all__ = ["SPEC_DIR", "Drift", "check", "generate", "load_protocols", "outputs"]
 
 SPEC_DIR = ROOT / "spec"
-GENERATED_ROOTS = ("generated/voxwire", "generated/typescript", "docs/reference")
+GENERATED_ROOTS = (
+    "generated/voxwire",
+    "generated/typescript",
+    "generated/asyncapi",
+    "docs/reference",
+)
 """Folders every file of which is generated: a file there that the spec does not produce is an
 orphan."""
 
@@ -55,6 +61,7 @@ def outputs(root: Path = ROOT) -> list[Output]:
     protocols = load_protocols(root)
     for protocol in protocols:
         found += render(protocol)
+        found += asyncapi_outputs(protocol)
         pages = diagram_pages(protocol, load_flows(protocol, root))
         found += [Output(path, text) for path, text in pages]
     found.append(package_stub())
