@@ -121,6 +121,7 @@ class _Peek(msgspec.Struct):
 
     type: Any = None
     seq: Any = None
+    t_ms: Any = None
     session_id: Any = None
 
 
@@ -159,8 +160,16 @@ class _Brisvox:
         try:
             message = self._decode(frame.data)
         except brisvox.ProtocolError as exc:
+            self._count(_peek(frame.data))
             return [_violation(frame, exc)]
         return self._server(frame, message)
+
+    def _count(self, envelope: _Peek) -> None:
+        """A refused server message still took its seq and t_ms: the next one follows it."""
+        if type(envelope.seq) is int:
+            self._last_seq = envelope.seq
+        if type(envelope.t_ms) is int:
+            self._last_t_ms = max(self._last_t_ms, envelope.t_ms)
 
     def binary(self, frame: Frame) -> list[Finding]:
         if frame.sender == "agent":
