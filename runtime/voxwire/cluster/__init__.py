@@ -18,6 +18,7 @@ never served in part.
 
 from voxwire.cluster._redis import connect as connect_redis
 from voxwire.cluster.directory import Directory, MemoryDirectory, Owner, RedisDirectory
+from voxwire.cluster.relay import RelayFailed, RelayResult, relay
 from voxwire.cluster.replay import (
     MemoryReplayStore,
     RedisReplayStore,
@@ -34,9 +35,12 @@ __all__ = [
     "Owner",
     "RedisDirectory",
     "RedisReplayStore",
+    "RelayFailed",
+    "RelayResult",
     "Replay",
     "ReplayBounds",
     "ReplayStore",
     "StoreUnavailable",
     "connect_redis",
+    "relay",
 ]
