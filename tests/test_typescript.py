@@ -32,7 +32,7 @@ def test_the_package_has_no_runtime_dependencies_and_packs_its_build() -> None:
     assert manifest["version"] == PACKAGE_VERSION == voxwire.__version__
     with tarfile.open(packed()) as tar:
         names = set(tar.getnames())
-    for entry in ("index", "ovp/index", "brisvox/index", "conformance/testee"):
+    for entry in ("index", "ovp/index", "brisvox/index", "ovp/client", "conformance/testee"):
         assert f"package/dist/{entry}.js" in names, entry
         assert f"package/dist/{entry}.d.ts" in names, entry
 

@@ -65,9 +65,12 @@ def render_package(protocols: list[Protocol], version: str = PACKAGE_VERSION) ->
             _check_brackets(path, text)
             files[path] = header + text
     specs = " and ".join(f"{p.spec_file} (sha256 {p.spec_sha256})" for p in protocols)
+    by_id = {p.id: f"{p.spec_file} (sha256 {p.spec_sha256})" for p in protocols}
     for source in sorted(STATIC.rglob("*.ts")):
         rel = source.relative_to(STATIC).as_posix()
-        header = _header(f"from {specs},\n// copying codegen/typescript/static/{rel}")
+        # A protocol's own file (ovp/client.ts) is generated from that protocol's spec alone.
+        origin = by_id.get(rel.split("/")[0], specs)
+        header = _header(f"from {origin},\n// copying codegen/typescript/static/{rel}")
         text = source.read_text(encoding="utf-8")
         shebang, _, rest = text.partition("\n") if text.startswith("#!") else ("", "", text)
         files[f"src/{rel}"] = (shebang + "\n" if shebang else "") + header + rest
@@ -102,6 +105,10 @@ def _package_json(protocols: list[Protocol], version: str) -> dict[str, Any]:
             "types": f"./dist/{p.id}/index.d.ts",
             "import": f"./dist/{p.id}/index.js",
         }
+    exports["./ovp/client"] = {
+        "types": "./dist/ovp/client.d.ts",
+        "import": "./dist/ovp/client.js",
+    }
     return {
         "name": ts.PACKAGE,
         "version": version,

@@ -30,6 +30,7 @@ import logging
 import os
 import re
 import ssl as ssl_module
+import stat
 import tomllib
 from collections.abc import AsyncIterator, Awaitable, Generator, Mapping
 from dataclasses import dataclass, field
@@ -236,16 +237,24 @@ def load_config(
 def load_ca_bundle(path: str | Path) -> ssl_module.SSLContext:
     """A TLS context with the default roots plus the private CA bundle at ``path``.
 
-    The bundle must hold 1 to 16 PEM certificates in at most 256 KiB, counted by this scan
-    (OpenSSL would accept more); a missing, empty or malformed file raises
-    :class:`CABundleError`.
+    The bundle must be a regular file holding 1 to 16 PEM certificates in at most 256 KiB,
+    counted by this scan (OpenSSL would accept more); a missing, empty or malformed file, or
+    anything but a regular file (a FIFO would block the startup forever, a device never end),
+    raises :class:`CABundleError`.
     """
     where = f"{AGENT_TLS_CA_ENV} {path}"
     try:
-        with open(path, "rb") as file:
-            data = file.read(CA_BUNDLE_MAX_BYTES + 1)
+        # Opened without blocking (a FIFO would wait for a writer), then judged by what it is.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            regular = stat.S_ISREG(os.fstat(fd).st_mode)
+            data = _read_at_most(fd, CA_BUNDLE_MAX_BYTES + 1) if regular else b""
+        finally:
+            os.close(fd)
     except OSError as exc:
         raise CABundleError(f"{where}: cannot be read: {exc.strerror}") from None
+    if not regular:
+        raise CABundleError(f"{where}: not a regular file")
     if len(data) > CA_BUNDLE_MAX_BYTES:
         raise CABundleError(f"{where}: larger than {CA_BUNDLE_MAX_BYTES} bytes")
     count = _count_pem_certificates(data, where)
@@ -257,6 +266,14 @@ def load_ca_bundle(path: str | Path) -> ssl_module.SSLContext:
     except ssl_module.SSLError as exc:
         raise CABundleError(f"{where}: not a valid certificate bundle: {exc.reason}") from None
     return context
+
+
+def _read_at_most(fd: int, size: int) -> bytes:
+    chunks: list[bytes] = []
+    while size > 0 and (chunk := os.read(fd, size)):
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
 
 
 def _count_pem_certificates(data: bytes, where: str) -> int:
