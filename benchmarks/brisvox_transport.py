@@ -13,7 +13,9 @@ do; this process is the engine. Both contenders carry the same call events, the 
 
 A round is one call (one connection): the clock starts after the handshake and stops when the
 child reports how many events it received, after the call's end (``session.end``, or a final
-marker for the bare pair). Every count is checked against what was sent, so a loss shows. The
+marker for the bare pair). Every count is checked against what was sent, so a loss shows, and
+the rate is of events delivered: an event dropped on the way (by either side's bounded queue)
+does not count. The
 engine side never waits for the agent (``send_event`` queues at most ``LinkSettings.event_queue``
 events and drops the newest past it), so the sender hands over half a queue at a time and yields
 until the link has written it.
@@ -74,7 +76,8 @@ class Throughput:
 
     @property
     def per_second(self) -> float:
-        return self.events / self.seconds if self.seconds > 0 else 0.0
+        """Events delivered to the agent per second: a dropped event does not count."""
+        return self.received / self.seconds if self.seconds > 0 else 0.0
 
 
 def _is_event(message: object) -> TypeGuard[Event]:
@@ -198,7 +201,7 @@ async def _spawn(mode: str) -> tuple[asyncio.subprocess.Process, int]:
 
 
 def _summary(name: str, rounds: list[_Round]) -> Throughput:
-    rates = [r.sent / r.seconds for r in rounds]
+    rates = [r.received / r.seconds for r in rounds]
     median = rounds[rates.index(statistics.median_low(rates))]
     lost = sum(r.sent - r.received for r in rounds)
     return Throughput(name, median.sent, median.received, median.seconds, len(rounds), lost)
@@ -249,7 +252,7 @@ def brisvox_transport_table(results: list[Throughput]) -> str:
     lines = [
         f"## Brisvox events per second, engine to agent (median of {rounds} rounds)",
         "",
-        "| implementation | events | seconds | events per second | vs bare | lost |",
+        "| implementation | events sent | seconds | events delivered per second | vs bare | lost |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     for r in results:
