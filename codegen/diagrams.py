@@ -278,7 +278,8 @@ def sequence_svg(flow: Flow) -> str:
     for step in flow.steps:
         if step.source is not None and step.target is not None:
             x1, x2 = xs[step.source], xs[step.target]
-            dashed = step.kind in ("http", "close") and step.source != ids[0]
+            # An HTTP response (a status line) and a close answer; requests and messages are solid.
+            dashed = step.kind == "close" or (step.kind == "http" and step.label[:3].isdigit())
             mono = step.kind in ("message", "frame")
             dash = ' stroke-dasharray="6 4"' if dashed else ""
             label_y = y + 16
@@ -475,7 +476,7 @@ def state_svg(title: str, states: list[str], edges: list[Edge]) -> str:
     transition an arc (forward ones on the right, backward ones on the left, a loop for a state
     that stays), numbered; the numbers' inputs are listed beside the picture.
 
-    Drawn from a core's transition table (see ``docs/hooks/state_diagrams.py``), so the picture
+    Drawn from a core's transition table (see ``docs/hooks/diagrams.py``), so the picture
     is the table.
     """
     margin, box_width, box_height, pitch, lane = 20.0, 200.0, 40.0, 76.0, 26.0

@@ -1,10 +1,13 @@
-"""mkdocs hook: draws a core's transition table where a page asks for it.
+"""mkdocs hook: draws a core's transition table, or a flow of the spec, where a page asks.
 
-A page writes ``<!-- state-machine: voxwire.brisvox.engine_core.ENGINE_TRANSITIONS -->`` on a line
-of its own; the hook imports that table (``{State: {Input: Transition(target, actions)}}``, the
-form every voxwire core uses) and puts an SVG of it there (:func:`codegen.diagrams.state_svg`).
-The picture is drawn from the running code at every build, so it cannot drift from the table.
-A name that does not resolve to such a table fails the build, naming the page and the name.
+- ``<!-- state-machine: voxwire.brisvox.engine_core.ENGINE_TRANSITIONS -->`` on a line of its
+  own: the hook imports that table (``{State: {Input: Transition(target, actions)}}``, the form
+  every voxwire core uses) and puts an SVG of it there (:func:`codegen.diagrams.state_svg`),
+  drawn from the running code at every build, so it cannot drift from the table.
+- ``<!-- flow: ovp.resume-behind-a-balancer -->``: the flow of that id in
+  ``spec/flows/<protocol>.yaml``, checked against the spec as ``python -m codegen`` checks it.
+
+A name that does not resolve fails the build, naming the page and the name.
 """
 
 from __future__ import annotations
@@ -19,11 +22,14 @@ from typing import Any
 
 from mkdocs.exceptions import PluginError
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # codegen, from the repository
 
-from codegen.diagrams import Edge, state_svg
+from codegen.diagrams import Edge, load_flows, sequence_svg, state_svg
+from codegen.pipeline import load_protocols
 
 _PLACEHOLDER = re.compile(r"^<!-- state-machine: ([\w.]+) -->$", re.M)
+_FLOW = re.compile(r"^<!-- flow: (\w+)\.([\w-]+) -->$", re.M)
+_ROOT = Path(__file__).resolve().parents[2]
 
 
 def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
@@ -41,7 +47,18 @@ def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
         anchor = name.rsplit(".", 1)[-1].lower().replace("_", "-")
         return f'<div class="voxwire-diagram" id="state-{anchor}">\n{svg}\n</div>'
 
-    return _PLACEHOLDER.sub(draw, markdown)
+    def flow(match: re.Match[str]) -> str:
+        protocol, flow_id = match[1], match[2]
+        flows = {p.id: load_flows(p, _ROOT) for p in load_protocols(_ROOT)}.get(protocol)
+        found = next((f for f in flows.flows if f.id == flow_id), None) if flows else None
+        if found is None:
+            raise PluginError(
+                f"{page.file.src_path}: no flow {flow_id!r} in spec/flows/{protocol}.yaml"
+            )
+        svg = sequence_svg(found)
+        return f'<div class="voxwire-diagram" id="flow-{flow_id}-diagram">\n{svg}\n</div>'
+
+    return _FLOW.sub(flow, _PLACEHOLDER.sub(draw, markdown))
 
 
 def _table(name: str, page: str) -> Mapping[Enum, Mapping[Enum, Any]]:
