@@ -28,6 +28,7 @@ from voxwire.brisvox.constants import (
     PLAINTEXT_SINGLE_LABEL,
     PLAINTEXT_SUFFIXES,
 )
+from voxwire.errors import ConfigError
 
 __all__ = ["CheckedURL", "InsecureURLError", "check_url", "redact_url"]
 
@@ -54,7 +55,7 @@ _ZONE_ID = re.compile(r"[A-Za-z0-9._~\-]+")  # RFC 6874: unreserved characters
 _REDACTABLE_HOST = re.compile(r"[A-Za-z0-9._~%:\-]+")
 
 
-class InsecureURLError(ValueError):
+class InsecureURLError(ConfigError):
     """A URL refused by the plaintext host rule, or malformed; the text never holds secrets.
 
     Attributes:

@@ -104,6 +104,7 @@ from voxwire.brisvox.outputs import (
 )
 from voxwire.capture import CaptureWriter, Record, Recorder, open_recorder
 from voxwire.clock import SYSTEM_CLOCK, Clock
+from voxwire.errors import SessionClosed, VoxwireError
 from voxwire.link import Keepalive, Link, Outbound, Overflow, Put
 from voxwire.sansio import Close, SendText
 
@@ -181,11 +182,7 @@ SessionHandler: TypeAlias = Callable[["AgentSession"], Awaitable[None]]
 """Runs one call: iterates its events and sends commands."""
 
 
-class SessionClosed(ConnectionError):
-    """The call's link is closed or parked: nothing can be sent now."""
-
-
-class CommandFailed(Exception):
+class CommandFailed(VoxwireError):
     """The server answered a command with ``ok: false`` (``code`` is the protocol's code)."""
 
     def __init__(self, code: str, message: str) -> None:
@@ -207,7 +204,7 @@ class CommandTimeout(CommandFailed, TimeoutError):
         self.command_id = command_id
 
 
-class ToolError(Exception):
+class ToolError(VoxwireError):
     """Raise from a tool to fail it with this text as the error the LLM gets."""
 
 

@@ -83,6 +83,7 @@ from voxwire.brisvox.messages import (
 from voxwire.brisvox.outputs import BadMessage, HandshakeFailed, Ignored
 from voxwire.capture import Record, open_recorder
 from voxwire.clock import SYSTEM_CLOCK, Clock
+from voxwire.errors import ConfigError
 from voxwire.hosts import CheckedURL, check_url
 from voxwire.link import Keepalive, Link, Outbound, Overflow
 from voxwire.link import LinkDown as WireDown
@@ -117,10 +118,6 @@ _FALSE: Final = frozenset({"", "0", "false", "no", "off"})
 
 
 # -- configuration ------------------------------------------------------------------------------
-
-
-class ConfigError(ValueError):
-    """The agent link's configuration is wrong; the message names the setting."""
 
 
 class CABundleError(ConfigError):

@@ -54,6 +54,7 @@ from voxwire.brisvox.messages import (
 )
 from voxwire.brisvox.outputs import HandshakeFailed
 from voxwire.clock import SYSTEM_CLOCK, Clock
+from voxwire.errors import HandshakeError
 from voxwire.hosts import check_url
 
 __all__ = ["AgentCall", "AgentRefused"]
@@ -64,7 +65,7 @@ WAIT: float = 5.0
 """Default real seconds :meth:`AgentCall.expect` waits."""
 
 
-class AgentRefused(AssertionError):
+class AgentRefused(HandshakeError, AssertionError):
     """The agent did not take the call (it rejected it, or the handshake failed)."""
 
 

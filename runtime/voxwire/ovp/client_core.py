@@ -30,8 +30,8 @@ from voxwire.ovp import (
     MAX_SEQ,
     ClientMessage,
     CloseCode,
-    Error,
     ErrorCode,
+    ErrorEvent,
     FrameDirection,
     Message,
     ProtocolError,
@@ -196,7 +196,7 @@ class ClientCore:
         self._stamper = Stamper(session_id, epoch, _CLIENT_TYPES)
         self._frames_out = FrameWriter(FrameDirection.CLIENT_TO_SERVER)
         self._frames_in = FrameOrder()
-        self._fatal: Error | None = None
+        self._fatal: ErrorEvent | None = None
 
     @property
     def next_seq(self) -> int:
@@ -251,7 +251,7 @@ class ClientCore:
         if isinstance(message, UnknownMessage):  # forward compatibility: counted, not delivered
             return [Ignored(f"server event of unknown type {message.type!r}")]
         out: list[ClientOutput] = [ServerEvent(message)]
-        if isinstance(message, Error):
+        if isinstance(message, ErrorEvent):
             out += self._on_error(message)
         elif isinstance(message, SessionEnd):
             self._go(ClientInput.END)
@@ -389,7 +389,7 @@ class ClientCore:
             self.session_start = message
             self.last_server_seq = 0
             return [ServerEvent(message)]
-        if isinstance(message, Error) and not message.recoverable:
+        if isinstance(message, ErrorEvent) and not message.recoverable:
             # OVP_AUTH_FAILED: the only event of the connection.
             self.last_server_seq = seq
             return [ServerEvent(message), *self._on_error(message)]
@@ -397,7 +397,7 @@ class ClientCore:
             ErrorCode.OVP_EVENT_SCHEMA_INVALID, f"{message.type} before session.start"
         )
 
-    def _on_error(self, error: Error) -> list[ClientOutput]:
+    def _on_error(self, error: ErrorEvent) -> list[ClientOutput]:
         if error.recoverable:
             return []
         if error.code in _CLOSING_CODES or self.state is ClientState.STARTING:

@@ -10,7 +10,7 @@ when to call it next.
 gateway = GatewayCore("ovps_1", epoch=...)
 link, out = gateway.open_link(now)          # an authenticated connection
 gateway.start(call, agent, now)             # [Sent(SessionStart(...)), ToLink(link, SendText(...))]
-gateway.receive_text(link, data, now)       # [ClientEvent(...)] or [Sent(Error(...)), ToLink(...)]
+gateway.receive_text(link, data, now)       # [ClientEvent(..)] or [Sent(ErrorEvent(..)), ToLink]
 gateway.written(link, 3, now)               # 3 texts written: the next events of the stream
 ```
 
@@ -66,8 +66,8 @@ from voxwire.ovp import (
     ClientMessage,
     CloseCode,
     CostBreakdown,
-    Error,
     ErrorCode,
+    ErrorEvent,
     FinalStats,
     FrameDirection,
     Message,
@@ -460,7 +460,7 @@ class GatewayCore:
         While the session has no link the event is only buffered, for the replay. ``start``,
         ``fail`` and ``end`` send session.start, error and session.end.
         """
-        if kind in (SessionStart, Error, SessionEnd):
+        if kind in (SessionStart, ErrorEvent, SessionEnd):
             raise TypeError(f"send {kind.__name__} with start(), fail() or end()")
         self._require_live()
         return self._emit(kind, fields, now)
@@ -511,8 +511,8 @@ class GatewayCore:
         if details:
             fields["details"] = details
         if recoverable:
-            return self._emit(Error, fields, now)
-        out = self._stamp(Error, fields, now)
+            return self._emit(ErrorEvent, fields, now)
+        out = self._stamp(ErrorEvent, fields, now)
         reason = END_REASONS[ErrorCode(code)] if code in END_REASONS else SessionEndReason.ERROR
         return out + self.end(reason, now, error_code=code)
 
@@ -771,7 +771,7 @@ class GatewayCore:
     def _seq_exhausted(self, now: float) -> list[GatewayOutput]:
         detail = f"the server seq would pass {MAX_SEQ}"
         out = self._stamp(
-            Error,
+            ErrorEvent,
             {"code": ErrorCode.OVP_INTERNAL_ERROR, "message": detail, "recoverable": False},
             now,
         )
@@ -798,7 +798,7 @@ class GatewayCore:
         fields: dict[str, Any] = {"code": code, "message": message, "recoverable": True}
         if details:
             fields["details"] = details
-        return self._emit(Error, fields, now)
+        return self._emit(ErrorEvent, fields, now)
 
     def _frame_error(self, code: ErrorCode, detail: str, now: float) -> list[GatewayOutput]:
         errors = self._frame_errors[code]
@@ -817,7 +817,7 @@ class GatewayCore:
         }
         errors.dropped = 0
         errors.next_report = now + _FRAME_REPORT_INTERVAL
-        return self._emit(Error, fields, now)
+        return self._emit(ErrorEvent, fields, now)
 
     # --- resuming
 
@@ -889,7 +889,7 @@ class GatewayCore:
     ) -> list[GatewayOutput]:
         """An error (not kept for replay), close 1008, and the session is over."""
         seq = max(self.last_seq, -1 if last is None else last) + 1
-        error = Error(
+        error = ErrorEvent(
             seq=min(seq, MAX_SEQ),
             ts=self._stamper.ts(now),
             session_id=self.session_id,
@@ -995,7 +995,7 @@ def refuse_token(session_id: str, detail: str, *, epoch: float, now: float) -> l
 
     The handshake has completed; no session.start and no session.end are sent.
     """
-    error = Error(
+    error = ErrorEvent(
         seq=0,
         ts=timestamp(epoch + now),
         session_id=session_id,
