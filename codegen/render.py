@@ -25,6 +25,7 @@ from codegen.ir import Constant, Field, Message, Protocol, Struct
 from codegen.jsonschema_export import export_schema
 from codegen.pymodel import (
     LINE_LENGTH,
+    PyClass,
     PyModel,
     build,
     build_frames,
@@ -53,6 +54,7 @@ _TEMPLATES = jinja2.Environment(
 _TEMPLATES.filters["oneline"] = lambda text: " ".join(str(text).split())
 _TEMPLATES.filters["py"] = repr
 _TEMPLATES.filters["doc"] = lambda lines, indent=4: _docstring_literal(lines, indent)
+_TEMPLATES.filters["classdoc"] = lambda c, field_sets: _class_docstring(c, field_sets)
 _TEMPLATES.filters["wrap"] = lambda paragraphs, indent=0: "\n".join(wrap(paragraphs, indent))
 _TEMPLATES.filters["pystr"] = lambda text, indent=4: _string_literal(text, indent)
 _TEMPLATES.globals["names"] = names  # every name a template prints comes from codegen.names
@@ -66,6 +68,23 @@ def _docstring_literal(paragraphs: list[str], indent: int) -> str:
     pad = " " * indent
     body = ("\n" + pad).join(lines).replace("\n" + pad + "\n", "\n\n")
     return f'"""{body}\n{pad}"""'
+
+
+def _class_docstring(c: PyClass, field_sets: list[PyClass]) -> str:
+    """A Struct's docstring with an ``Attributes:`` section (Google style), each field and its
+    description, inherited fields first: what ``help()`` and documentation tools show."""
+    bases = c.base.split(", ")
+    fields = [f for s in field_sets if s.name in bases for f in s.fields] + c.fields
+    if not fields:
+        return _docstring_literal(c.doc, 4)
+    lines = [*wrap(c.doc, 4), "", "Attributes:"]
+    for f in fields:
+        entry = f"{f.attr}: {f.doc[0] if f.doc else ''}"
+        width = LINE_LENGTH - 4 - 4
+        wrapped = textwrap.wrap(entry, width, subsequent_indent="    ", break_on_hyphens=False)
+        lines += ["    " + line for line in wrapped]
+    body = "\n    ".join(lines).replace("\n    \n", "\n\n")
+    return f'"""{body}\n    """'
 
 
 def _string_literal(text: str, indent: int) -> str:

@@ -53,6 +53,9 @@ class ProtocolError(VoxwireError):
     """
 
     code: str
+    detail: str
+    path: str | None
+    message_type: str | None
 
     def __init__(
         self,

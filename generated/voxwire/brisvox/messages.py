@@ -276,7 +276,16 @@ _TOOL_DECLARATION_FILLER_AFTER_MS: Final = 700
 
 
 class Capabilities(Object, kw_only=True):
-    """What the server can do on this call (session.start.capabilities)."""
+    """What the server can do on this call (session.start.capabilities).
+
+    Attributes:
+        transfer: True when the call's transport has a carrier binding (Twilio or Telnyx call
+            control) that can transfer it; false for calls no carrier owns (generic websocket, RTVI,
+            SIP) and in a build without call control. A transfer while it is false is answered
+            unsupported.
+        tools: True when remote tools are available on this call, so the tools of session.accept are
+            offered to the LLM.
+    """
 
     transfer: bool
     """True when the call's transport has a carrier binding (Twilio or Telnyx call control) that
@@ -291,7 +300,13 @@ class Capabilities(Object, kw_only=True):
 
 
 class ResumeInfo(Object, kw_only=True):
-    """session.start.resume, present only when the server reconnects an existing call."""
+    """session.start.resume, present only when the server reconnects an existing call.
+
+    Attributes:
+        attempt: The number of this attempt in the current outage, counted from 1.
+        previous_seq: The last seq written on the lost connection.
+        down_ms: Milliseconds since the link was lost.
+    """
 
     attempt: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
     """The number of this attempt in the current outage, counted from 1.
@@ -317,6 +332,18 @@ class CallIdentity(Object, kw_only=True):
     definition opted in, on resumptions too. Caller ID can be spoofed and the numbers are
     personal data: treat them as an untrusted hint, never put them unquoted into an LLM
     prompt, and keep them out of logs.
+
+    Attributes:
+        carrier: The carrier that owns the call.
+        carrier_call_id: The carrier's own id of the call (Twilio CallSid, Telnyx call_control_id,
+            SIP Call-ID). Without one the server sends no call at all.
+        from_: The caller's number (on an outbound call, the number the call is placed from). For
+            SIP, the From header's user part, passed on only when it is 1 to
+            max_sip_user_part_length characters of 0-9 A-Z a-z + * # . _ -. Absent (or null) when
+            unknown or redacted.
+        to: The called number, with the same rules as from.
+        pii_redacted: True when the numbers were withheld because the server redacts phone numbers;
+            carrier and carrier_call_id are still sent.
     """
 
     carrier: str
@@ -345,6 +372,13 @@ class CallIdentity(Object, kw_only=True):
 class Metrics(Object, kw_only=True):
     """Latencies of one turn in milliseconds (turn.metrics.metrics); a value is absent or null
     when unknown.
+
+    Attributes:
+        end_of_turn_ms: From the end of the user's speech to the end-of-turn decision.
+        stt_final_ms: Time to the STT's final transcript.
+        llm_ttft_ms: Time to the LLM's first token.
+        tts_ttfb_ms: Time to the TTS's first audio byte.
+        response_ms: From the end of the user's turn to the bot's first audio.
     """
 
     end_of_turn_ms: Annotated[float, Meta(ge=0)] | UnsetType | None = UNSET
@@ -381,6 +415,11 @@ class Metrics(Object, kw_only=True):
 class TokenUsage(Object, kw_only=True):
     """Provider-reported LLM token usage of a response, summed over the rounds of the turn
     (bot.llm_stopped.usage).
+
+    Attributes:
+        input_tokens: Input tokens.
+        cached_input_tokens: The part of input_tokens served from the provider's prompt cache.
+        output_tokens: Output tokens.
     """
 
     input_tokens: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)] = 0
@@ -403,7 +442,12 @@ class TokenUsage(Object, kw_only=True):
 
 
 class StageLatency(Object, kw_only=True):
-    """Average and worst value of one latency stage over the turns of a call."""
+    """Average and worst value of one latency stage over the turns of a call.
+
+    Attributes:
+        avg_ms: Average over the turns, in milliseconds.
+        max_ms: Worst turn, in milliseconds.
+    """
 
     avg_ms: Annotated[float, Meta(ge=0)]
     """Average over the turns, in milliseconds.
@@ -419,7 +463,15 @@ class StageLatency(Object, kw_only=True):
 
 
 class LatencySummary(Object, kw_only=True):
-    """The per-call latency stages of session.usage; a stage no turn had is absent or null."""
+    """The per-call latency stages of session.usage; a stage no turn had is absent or null.
+
+    Attributes:
+        end_of_turn: End-of-turn detection.
+        stt_final: The STT's final transcript.
+        llm_ttft: The LLM's time to first token.
+        tts_ttfb: The TTS's time to first byte.
+        response: The whole response time.
+    """
 
     end_of_turn: StageLatency | UnsetType | None = UNSET
     """End-of-turn detection."""
@@ -440,6 +492,15 @@ class LatencySummary(Object, kw_only=True):
 class LlmUsage(Object, kw_only=True):
     """What the LLM provider counted in a call, discarded speculative responses included.
     Provider units, not money.
+
+    Attributes:
+        provider: The LLM provider.
+        model: The model.
+        input_tokens: Input tokens.
+        cached_input_tokens: The part of input_tokens served from the prompt cache.
+        output_tokens: Output tokens.
+        responses_without_usage: Responses that reported no usage: the token counts are lower bounds
+            by those.
     """
 
     provider: str
@@ -474,7 +535,13 @@ class LlmUsage(Object, kw_only=True):
 
 
 class SttUsage(Object, kw_only=True):
-    """The speech-to-text audio of a call."""
+    """The speech-to-text audio of a call.
+
+    Attributes:
+        provider: The STT provider.
+        model: The model.
+        audio_seconds: Seconds of audio sent to the STT.
+    """
 
     provider: str
     """The STT provider."""
@@ -495,7 +562,13 @@ class SttUsage(Object, kw_only=True):
 
 
 class TtsUsage(Object, kw_only=True):
-    """The text-to-speech characters of a call."""
+    """The text-to-speech characters of a call.
+
+    Attributes:
+        provider: The TTS provider.
+        model: The voice or model.
+        characters: Characters sent to the TTS.
+    """
 
     provider: str
     """The TTS provider."""
@@ -513,6 +586,11 @@ class TtsUsage(Object, kw_only=True):
 class UsageSummary(Object, kw_only=True):
     """The provider units of a call; a part is absent or null when the call did not run that
     stage (a speech-to-speech call has no separate STT, LLM or TTS).
+
+    Attributes:
+        llm: The LLM's usage.
+        stt: The STT's usage.
+        tts: The TTS's usage.
     """
 
     llm: LlmUsage | UnsetType | None = UNSET
@@ -526,7 +604,14 @@ class UsageSummary(Object, kw_only=True):
 
 
 class CommandError(Object, kw_only=True):
-    """Why a command failed (command.result.error)."""
+    """Why a command failed (command.result.error).
+
+    Attributes:
+        code: One of the protocol's error codes (bad_message, invalid_argument, queue_full,
+            unsupported, rejected, outcome_unknown, ...). Typed as a string, not a closed enum: a
+            code added within version 1 is kept as it is, as the SDK does.
+        message: A human-readable explanation.
+    """
 
     code: str
     """One of the protocol's error codes (bad_message, invalid_argument, queue_full, unsupported,
@@ -542,6 +627,23 @@ class ToolDeclaration(Object, kw_only=True):
     """A remote tool the agent implements (session.accept.tools[]). The engine validates the
     model's arguments against parameters, applies the retry budget, idempotency and filler
     policy, then sends tool.call and waits for tool.result.
+
+    Attributes:
+        name: 1 to max_tool_name_length ASCII letters, digits, _ or -; unique within the accept.
+            confirm_pending is reserved for the built-in confirmation tool.
+        description: What the tool does, for the model. Not blank.
+        parameters: A JSON Schema of type object for the arguments, with no remote $ref. The engine
+            validates the model's arguments against it before a tool.call.
+        kind: read_only or side_effect.
+        timeout_ms: The engine's wait for a result, 1 to 30000 ms; default_tool_timeout_ms (5000)
+            when absent.
+        filler_after_ms: The bot says a filler phrase after this long without a result; 0 disables
+            it. default_filler_after_ms (700) when absent.
+        confirm: A prompt-injection guard (side_effect tools only): the model's call is held, the
+            model gets confirmation_required, and tool.call is sent only when the model calls the
+            built-in confirm_pending after the user's next reply.
+        repeatable: Lets an identical call (same arguments) in a later response of the same turn run
+            again instead of being answered already_done (side_effect tools only).
     """
 
     name: Annotated[
@@ -605,7 +707,12 @@ class ToolDeclaration(Object, kw_only=True):
 
 
 class ContextMessage(Object, kw_only=True):
-    """A conversation message (session.accept.context[], context.update.append[])."""
+    """A conversation message (session.accept.context[], context.update.append[]).
+
+    Attributes:
+        role: system, user or assistant.
+        text: The message's text. Not blank.
+    """
 
     role: ContextRole
     """system, user or assistant."""
@@ -622,6 +729,13 @@ class EnvelopeFields(Object, kw_only=True):
 
     A message of a type this version does not know must still carry them: decoding checks them
     before it returns an ``UnknownMessage``.
+
+    Attributes:
+        seq: Message number on the call: 1 for the session.start of a fresh call, then one more for
+            every message the server writes. Seq order is write order, and a seq is never repeated
+            within a call, reconnections included.
+        t_ms: Milliseconds on the call's clock since the call's first link opened: 0 in the first
+            session.start, continuing across reconnections.
     """
 
     seq: Annotated[int, Meta(ge=1, le=JSON_SAFE_INTEGER)]
@@ -643,6 +757,13 @@ class EnvelopeFields(Object, kw_only=True):
 class CommandFields(Object, kw_only=True):
     """Fields the messages say, end, transfer, context.update, tools.set carry (the ``command``
     field set).
+
+    Attributes:
+        id: The command's id, echoed by its command.result. A command.result is sent only for a
+            command that carries an id; a failure of a command without one is reported as an error
+            event with stage agent_link.
+        re: The seq of the server event the command reacts to; the server measures the hop latency
+            with it.
     """
 
     id: str | UnsetType = UNSET
@@ -669,6 +790,23 @@ class SessionStart(EnvelopeFields, Message, tag="session.start", kw_only=True):
     late one or a closed connection fails the handshake and the call runs without the agent.
 
     Sent by: server.
+
+    Attributes:
+        seq: Message number on the call: 1 for the session.start of a fresh call, then one more for
+            every message the server writes. Seq order is write order, and a seq is never repeated
+            within a call, reconnections included.
+        t_ms: Milliseconds on the call's clock since the call's first link opened: 0 in the first
+            session.start, continuing across reconnections.
+        protocol: Always brisvox.agent (protocol_name).
+        versions: The versions the server speaks, [1] in this build. The agent picks the highest one
+            it also speaks.
+        session_id: The call's id, for example "42"; the key of a resumption.
+        agent: The name of the call's agent definition, for example "luigi".
+        capabilities: What the server can do on this call.
+        resume: Present only when the server reconnects a call whose agent declared resume; its
+            accept must then carry resume true.
+        call: Who is on the line, when the agent definition opted in and the call has a carrier;
+            absent otherwise.
     """
 
     type: ClassVar[Literal["session.start"]] = "session.start"
@@ -715,6 +853,21 @@ class SessionAccept(Message, tag="session.accept", kw_only=True):
     (the call keeps what it has); events re-selects the subscription.
 
     Sent by: agent.
+
+    Attributes:
+        version: The version the agent picked from session.start.versions (the highest common one).
+        tools: The remote tools the agent implements, possibly empty. Ignored in the accept of a
+            resumption, where a restarted agent must still declare the same tools.
+        system_prompt: Replaces the agent definition's system prompt (with a flow, the node's
+            prompt, until the next transition). Ignored in a resumption.
+        context: The initial conversation. Ignored in a resumption.
+        greeting: A bot line spoken at once, like a say. Ignored in a resumption.
+        events: The event types to receive: absent means every event, [] none. The always-delivered
+            messages come regardless. In a resumption it re-selects the subscription.
+        resume: True promises to keep the call's state (keyed by session_id) for a while after a
+            lost link, so the server reconnects instead of giving up. Required to be true in the
+            answer to a resuming session.start; an accept without it ends reconnecting like a
+            reject.
     """
 
     type: ClassVar[Literal["session.accept"]] = "session.accept"
@@ -772,6 +925,11 @@ class SessionReject(Message, tag="session.reject", kw_only=True):
     alone; for a resumption, reconnecting ends and the call goes on without the agent.
 
     Sent by: agent.
+
+    Attributes:
+        code: Why: unsupported_version, unknown_session, unavailable, or any string the application
+            chooses.
+        message: A human-readable explanation, for the server's log.
     """
 
     type: ClassVar[Literal["session.reject"]] = "session.reject"
@@ -792,6 +950,14 @@ class SessionEnd(EnvelopeFields, Message, tag="session.end", kw_only=True):
     at once (a resumable agent does not park the call).
 
     Sent by: server.
+
+    Attributes:
+        seq: Message number on the call: 1 for the session.start of a fresh call, then one more for
+            every message the server writes. Seq order is write order, and a seq is never repeated
+            within a call, reconnections included.
+        t_ms: Milliseconds on the call's clock since the call's first link opened: 0 in the first
+            session.start, continuing across reconnections.
+        reason: Why the call ended (call_ended, hangup, ended_by_agent, or a newer reason).
     """
 
     type: ClassVar[Literal["session.end"]] = "session.end"
@@ -807,6 +973,18 @@ class SessionUsage(EnvelopeFields, Message, tag="session.usage", kw_only=True):
     the call. Provider units, not money.
 
     Sent by: server.
+
+    Attributes:
+        seq: Message number on the call: 1 for the session.start of a fresh call, then one more for
+            every message the server writes. Seq order is write order, and a seq is never repeated
+            within a call, reconnections included.
+        t_ms: Milliseconds on the call's clock since the call's first link opened: 0 in the first
+            session.start, continuing across reconnections.
+        duration_ms: From the start to the end of the call, on the server's clock.
+        turns: Turns that finished.
+        interrupted_turns: Of turns, the ones the caller interrupted.
+        latency: Average and worst latency per stage.
+        usage: The providers' units (LLM tokens, STT audio seconds, TTS characters).
     """
 
     type: ClassVar[Literal["session.usage"]] = "session.usage"
@@ -843,6 +1021,14 @@ class TurnUserStarted(EnvelopeFields, Message, tag="turn.user_started", kw_only=
     to a response that was cut.
 
     Sent by: server.
+
+    Attributes:
+        seq: Message number on the call: 1 for the session.start of a fresh call, then one more for
+            every message the server writes. Seq order is write order, and a seq is never repeated
+            within a call, reconnections included.
+        t_ms: Milliseconds on the call's clock since the call's first link opened: 0 in the first
+            session.start, continuing across reconnections.
+        epoch: The engine's turn number.
     """
 
     type: ClassVar[Literal["turn.user_started"]] = "turn.user_started"
@@ -858,6 +1044,14 @@ class TurnUserEnded(EnvelopeFields, Message, tag="turn.user_ended", kw_only=True
     """The user turn ended and the engine answers it now.
 
     Sent by: server.
+
+    Attributes:
+        seq: Message number on the call: 1 for the session.start of a fresh call, then one more for
+            every message the server writes. Seq order is write order, and a seq is never repeated
+            within a call, reconnections included.
+        t_ms: Milliseconds on the call's clock since the call's first link opened: 0 in the first
+            session.start, continuing across reconnections.
+        epoch: The engine's turn number.
     """
 
     type: ClassVar[Literal["turn.user_ended"]] = "turn.user_ended"
@@ -873,6 +1067,14 @@ class TurnBotStarted(EnvelopeFields, Message, tag="turn.bot_started", kw_only=Tr
     """The bot's audio of the epoch started playing.
 
     Sent by: server.
+
+    Attributes:
+        seq: Message number on the call: 1 for the session.start of a fresh call, then one more for
+            every message the server writes. Seq order is write order, and a seq is never repeated
+            within a call, reconnections included.
+        t_ms: Milliseconds on the call's clock since the call's first link opened: 0 in the first
+            session.start, continuing across reconnections.
+        epoch: The turn whose audio started.
     """
 
     type: ClassVar[Literal["turn.bot_started"]] = "turn.bot_started"
@@ -888,6 +1090,14 @@ class TurnBotEnded(EnvelopeFields, Message, tag="turn.bot_ended", kw_only=True):
     """The bot's audio of the epoch played to its end.
 
     Sent by: server.
+
+    Attributes:
+        seq: Message number on the call: 1 for the session.start of a fresh call, then one more for
+            every message the server writes. Seq order is write order, and a seq is never repeated
+            within a call, reconnections included.
+        t_ms: Milliseconds on the call's clock since the call's first link opened: 0 in the first
+            session.start, continuing across reconnections.
+        epoch: The turn whose audio ended.
     """
 
     type: ClassVar[Literal["turn.bot_ended"]] = "turn.bot_ended"
@@ -903,6 +1113,14 @@ class TurnInterrupted(EnvelopeFields, Message, tag="turn.interrupted", kw_only=T
     """A barge-in moved the call to a new epoch; everything older was dropped.
 
     Sent by: server.
+
+    Attributes:
+        seq: Message number on the call: 1 for the session.start of a fresh call, then one more for
+            every message the server writes. Seq order is write order, and a seq is never repeated
+            within a call, reconnections included.
+        t_ms: Milliseconds on the call's clock since the call's first link opened: 0 in the first
+            session.start, continuing across reconnections.
+        epoch: The epoch the call moved to.
     """
 
     type: ClassVar[Literal["turn.interrupted"]] = "turn.interrupted"
@@ -918,6 +1136,15 @@ class TurnMetrics(EnvelopeFields, Message, tag="turn.metrics", kw_only=True):
     """The latencies of a turn, taken when its first audio went out.
 
     Sent by: server.
+
+    Attributes:
+        seq: Message number on the call: 1 for the session.start of a fresh call, then one more for
+            every message the server writes. Seq order is write order, and a seq is never repeated
+            within a call, reconnections included.
+        t_ms: Milliseconds on the call's clock since the call's first link opened: 0 in the first
+            session.start, continuing across reconnections.
+        epoch: The turn measured.
+        metrics: The turn's latencies; a value no stage measured is absent or null.
     """
 
     type: ClassVar[Literal["turn.metrics"]] = "turn.metrics"
@@ -938,6 +1165,15 @@ class UserTranscript(EnvelopeFields, Message, tag="user.transcript", kw_only=Tru
     Transcripts carry no epoch.
 
     Sent by: server.
+
+    Attributes:
+        seq: Message number on the call: 1 for the session.start of a fresh call, then one more for
+            every message the server writes. Seq order is write order, and a seq is never repeated
+            within a call, reconnections included.
+        t_ms: Milliseconds on the call's clock since the call's first link opened: 0 in the first
+            session.start, continuing across reconnections.
+        text: The segment's text.
+        final: True for a final segment, false for an interim one.
     """
 
     type: ClassVar[Literal["user.transcript"]] = "user.transcript"
@@ -953,6 +1189,15 @@ class UserText(EnvelopeFields, Message, tag="user.text", kw_only=True):
     """The whole text of the user turn the LLM answers (spoken finals and typed text).
 
     Sent by: server.
+
+    Attributes:
+        seq: Message number on the call: 1 for the session.start of a fresh call, then one more for
+            every message the server writes. Seq order is write order, and a seq is never repeated
+            within a call, reconnections included.
+        t_ms: Milliseconds on the call's clock since the call's first link opened: 0 in the first
+            session.start, continuing across reconnections.
+        epoch: The user turn.
+        text: The turn's text.
     """
 
     type: ClassVar[Literal["user.text"]] = "user.text"
@@ -971,6 +1216,14 @@ class BotLlmStarted(EnvelopeFields, Message, tag="bot.llm_started", kw_only=True
     """The LLM started a response round (a tool loop has several).
 
     Sent by: server.
+
+    Attributes:
+        seq: Message number on the call: 1 for the session.start of a fresh call, then one more for
+            every message the server writes. Seq order is write order, and a seq is never repeated
+            within a call, reconnections included.
+        t_ms: Milliseconds on the call's clock since the call's first link opened: 0 in the first
+            session.start, continuing across reconnections.
+        epoch: The response's turn.
     """
 
     type: ClassVar[Literal["bot.llm_started"]] = "bot.llm_started"
@@ -986,6 +1239,15 @@ class BotText(EnvelopeFields, Message, tag="bot.text", kw_only=True):
     """A streamed LLM delta; a bot line arrives as one delta.
 
     Sent by: server.
+
+    Attributes:
+        seq: Message number on the call: 1 for the session.start of a fresh call, then one more for
+            every message the server writes. Seq order is write order, and a seq is never repeated
+            within a call, reconnections included.
+        t_ms: Milliseconds on the call's clock since the call's first link opened: 0 in the first
+            session.start, continuing across reconnections.
+        epoch: The response's turn.
+        text: The delta.
     """
 
     type: ClassVar[Literal["bot.text"]] = "bot.text"
@@ -1004,6 +1266,16 @@ class BotLlmStopped(EnvelopeFields, Message, tag="bot.llm_stopped", kw_only=True
     """The response ended.
 
     Sent by: server.
+
+    Attributes:
+        seq: Message number on the call: 1 for the session.start of a fresh call, then one more for
+            every message the server writes. Seq order is write order, and a seq is never repeated
+            within a call, reconnections included.
+        t_ms: Milliseconds on the call's clock since the call's first link opened: 0 in the first
+            session.start, continuing across reconnections.
+        epoch: The response's turn.
+        usage: The provider's token counts, summed over the rounds of the turn; absent or null when
+            the provider reported nothing (an older server sends none).
     """
 
     type: ClassVar[Literal["bot.llm_stopped"]] = "bot.llm_stopped"
@@ -1024,6 +1296,15 @@ class BotTtsText(EnvelopeFields, Message, tag="bot.tts_text", kw_only=True):
     """A chunk of text sent to the TTS.
 
     Sent by: server.
+
+    Attributes:
+        seq: Message number on the call: 1 for the session.start of a fresh call, then one more for
+            every message the server writes. Seq order is write order, and a seq is never repeated
+            within a call, reconnections included.
+        t_ms: Milliseconds on the call's clock since the call's first link opened: 0 in the first
+            session.start, continuing across reconnections.
+        epoch: The response's turn.
+        text: The chunk.
     """
 
     type: ClassVar[Literal["bot.tts_text"]] = "bot.tts_text"
@@ -1042,6 +1323,14 @@ class BotTtsStopped(EnvelopeFields, Message, tag="bot.tts_stopped", kw_only=True
     """The TTS produced the response's last audio.
 
     Sent by: server.
+
+    Attributes:
+        seq: Message number on the call: 1 for the session.start of a fresh call, then one more for
+            every message the server writes. Seq order is write order, and a seq is never repeated
+            within a call, reconnections included.
+        t_ms: Milliseconds on the call's clock since the call's first link opened: 0 in the first
+            session.start, continuing across reconnections.
+        epoch: The response's turn.
     """
 
     type: ClassVar[Literal["bot.tts_stopped"]] = "bot.tts_stopped"
@@ -1061,6 +1350,17 @@ class ErrorEvent(EnvelopeFields, Message, tag="error", kw_only=True):
     does not stop the call.
 
     Sent by: server.
+
+    Attributes:
+        seq: Message number on the call: 1 for the session.start of a fresh call, then one more for
+            every message the server writes. Seq order is write order, and a seq is never repeated
+            within a call, reconnections included.
+        t_ms: Milliseconds on the call's clock since the call's first link opened: 0 in the first
+            session.start, continuing across reconnections.
+        stage: The stage that reported it; agent_link for the link's own refusals.
+        message: What went wrong. With stage agent_link it is "<code>: <text>", the code being one
+            of the protocol's error codes.
+        fatal: True when the stage cannot go on.
     """
 
     type: ClassVar[Literal["error"]] = "error"
@@ -1084,6 +1384,14 @@ class EventsLost(EnvelopeFields, Message, tag="events.lost", kw_only=True):
     missed during the outage.
 
     Sent by: server.
+
+    Attributes:
+        seq: Message number on the call: 1 for the session.start of a fresh call, then one more for
+            every message the server writes. Seq order is write order, and a seq is never repeated
+            within a call, reconnections included.
+        t_ms: Milliseconds on the call's clock since the call's first link opened: 0 in the first
+            session.start, continuing across reconnections.
+        count: How many events were lost.
     """
 
     type: ClassVar[Literal["events.lost"]] = "events.lost"
@@ -1103,6 +1411,26 @@ class ToolCall(EnvelopeFields, Message, tag="tool.call", kw_only=True):
     events, so a tool call is never stuck behind text deltas.
 
     Sent by: server.
+
+    Attributes:
+        seq: Message number on the call: 1 for the session.start of a fresh call, then one more for
+            every message the server writes. Seq order is write order, and a seq is never repeated
+            within a call, reconnections included.
+        t_ms: Milliseconds on the call's clock since the call's first link opened: 0 in the first
+            session.start, continuing across reconnections.
+        id: The link's request id, echoed by tool.result and tool.cancel. It never repeats within a
+            call, reconnections included.
+        call_id: The tool-call id inside the conversation (the LLM's call id).
+        name: The tool name as declared. Not checked against the name pattern on decode: a call that
+            failed decoding would never be answered, while an unknown name is answered with an error
+            result.
+        arguments: The arguments, already validated against the declared parameters.
+        kind: The declared kind.
+        epoch: The turn the call belongs to.
+        idempotency_key: 16 hexadecimal digits, stable for this tool call only (not across turns or
+            phone calls): pass it to APIs that deduplicate a redelivery.
+        timeout_ms: The engine's wait for this call. No upper bound on decode: the server's tool
+            timeout bounds are configurable.
     """
 
     type: ClassVar[Literal["tool.call"]] = "tool.call"
@@ -1166,6 +1494,15 @@ class ToolCancel(EnvelopeFields, Message, tag="tool.cancel", kw_only=True):
     reaches the conversation as a late note within side_effect_wait_ms.
 
     Sent by: server.
+
+    Attributes:
+        seq: Message number on the call: 1 for the session.start of a fresh call, then one more for
+            every message the server writes. Seq order is write order, and a seq is never repeated
+            within a call, reconnections included.
+        t_ms: Milliseconds on the call's clock since the call's first link opened: 0 in the first
+            session.start, continuing across reconnections.
+        id: The tool.call's id.
+        reason: Why the server stopped waiting.
     """
 
     type: ClassVar[Literal["tool.cancel"]] = "tool.cancel"
@@ -1187,6 +1524,12 @@ class ToolResult(Message, tag="tool.result", kw_only=True):
     id, is ignored (a side_effect result within side_effect_wait_ms becomes a late note).
 
     Sent by: agent.
+
+    Attributes:
+        id: The tool.call's id.
+        result: The tool's result: a string reaches the LLM unchanged, any other JSON value in
+            compact form; null is a valid result.
+        error: A failure; it reaches the LLM as a tool_failed error result.
     """
 
     type: ClassVar[Literal["tool.result"]] = "tool.result"
@@ -1216,6 +1559,16 @@ class Say(CommandFields, Message, tag="say", kw_only=True):
     most max_waiting_lines (then queue_full).
 
     Sent by: agent.
+
+    Attributes:
+        id: The command's id, echoed by its command.result. A command.result is sent only for a
+            command that carries an id; a failure of a command without one is reported as an error
+            event with stage agent_link.
+        re: The seq of the server event the command reacts to; the server measures the hop latency
+            with it.
+        text: The line to speak.
+        interrupt: Drop the lines waiting before this one and cut a running response, like a
+            barge-in (never the user: while the user speaks every line waits).
     """
 
     type: ClassVar[Literal["say"]] = "say"
@@ -1241,6 +1594,15 @@ class End(CommandFields, Message, tag="end", kw_only=True):
     it. Runs on a separate task (one at a time with transfer) and answers when done.
 
     Sent by: agent.
+
+    Attributes:
+        id: The command's id, echoed by its command.result. A command.result is sent only for a
+            command that carries an id; a failure of a command without one is reported as an error
+            event with stage agent_link.
+        re: The seq of the server event the command reacts to; the server measures the hop latency
+            with it.
+        say: A farewell line, with the rules of say.text.
+        reason: A note for the server's records.
     """
 
     type: ClassVar[Literal["end"]] = "end"
@@ -1267,6 +1629,18 @@ class Transfer(CommandFields, Message, tag="transfer", kw_only=True):
     result. Runs on a separate task (one at a time with end) and answers when done.
 
     Sent by: agent.
+
+    Attributes:
+        id: The command's id, echoed by its command.result. A command.result is sent only for a
+            command that carries an id; a failure of a command without one is reported as an error
+            event with stage agent_link.
+        re: The seq of the server event the command reacts to; the server measures the hop latency
+            with it.
+        destination: An E.164 number: + and min_e164_digits to max_e164_digits ASCII digits, nothing
+            else (no spaces, dashes, tel: or sip:).
+        mode: cold (the default) or warm.
+        summary: A summary for the person taking the call (warm transfer).
+        reason: A note for the server's records.
     """
 
     type: ClassVar[Literal["transfer"]] = "transfer"
@@ -1302,6 +1676,15 @@ class ContextUpdate(CommandFields, Message, tag="context.update", kw_only=True):
     all or nothing.
 
     Sent by: agent.
+
+    Attributes:
+        id: The command's id, echoed by its command.result. A command.result is sent only for a
+            command that carries an id; a failure of a command without one is reported as an error
+            event with stage agent_link.
+        re: The seq of the server event the command reacts to; the server measures the hop latency
+            with it.
+        system_prompt: The new system prompt.
+        append: Messages appended to the conversation, in order.
     """
 
     type: ClassVar[Literal["context.update"]] = "context.update"
@@ -1329,6 +1712,15 @@ class ToolsSet(CommandFields, Message, tag="tools.set", kw_only=True):
     offered is answered unknown_tool without running.
 
     Sent by: agent.
+
+    Attributes:
+        id: The command's id, echoed by its command.result. A command.result is sent only for a
+            command that carries an id; a failure of a command without one is reported as an error
+            event with stage agent_link.
+        re: The seq of the server event the command reacts to; the server measures the hop latency
+            with it.
+        enabled: Names of the tools to offer, local and remote; null offers every tool again, []
+            none. Always written.
     """
 
     type: ClassVar[Literal["tools.set"]] = "tools.set"
@@ -1348,6 +1740,16 @@ class CommandResult(EnvelopeFields, Message, tag="command.result", kw_only=True)
     answer when done. Written before queued events.
 
     Sent by: server.
+
+    Attributes:
+        seq: Message number on the call: 1 for the session.start of a fresh call, then one more for
+            every message the server writes. Seq order is write order, and a seq is never repeated
+            within a call, reconnections included.
+        t_ms: Milliseconds on the call's clock since the call's first link opened: 0 in the first
+            session.start, continuing across reconnections.
+        id: The command's id.
+        ok: Whether the command was applied.
+        error: Why it failed; present when ok is false.
     """
 
     type: ClassVar[Literal["command.result"]] = "command.result"

@@ -333,7 +333,17 @@ _AGENT_CONFIG_SPEECH_RATE: Final = 1.0
 
 
 class CallInfo(Object, kw_only=True):
-    """The SIP call the session serves."""
+    """The SIP call the session serves.
+
+    Attributes:
+        call_id: Platform id of the call.
+        from_: The calling party, E.164 (+14155551234) for PSTN calls, otherwise the SIP URI or the
+            user part the SBC saw.
+        to: The called party, E.164 for PSTN calls, otherwise the SIP URI or user part.
+        direction: Who placed the call.
+        secure: True when the call leg is encrypted end to end to the gateway (SIP over TLS and SRTP
+            media).
+    """
 
     call_id: Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS)]
     """Platform id of the call.
@@ -364,7 +374,16 @@ class CallInfo(Object, kw_only=True):
 
 
 class ToolDefinition(Object, kw_only=True):
-    """A tool the LLM may call during the session."""
+    """A tool the LLM may call during the session.
+
+    Attributes:
+        name: The tool's name, unique within the agent.
+        description: What the tool does, as the LLM reads it.
+        input_schema: JSON Schema (an object schema) the arguments must satisfy;
+            OVP_TOOL_ARGS_INVALID otherwise.
+        streaming: True when the tool streams partial results (agent.tool.streaming) before its
+            agent.tool.result.
+    """
 
     name: Annotated[
         str, Meta(min_length=1, max_length=MAX_TOOL_NAME_CHARS, pattern=r"^[A-Za-z0-9_-]+\Z")
@@ -390,7 +409,18 @@ class ToolDefinition(Object, kw_only=True):
 
 
 class AgentConfig(Object, kw_only=True):
-    """The AI agent serving the call, as configured at session start."""
+    """The AI agent serving the call, as configured at session start.
+
+    Attributes:
+        agent_id: Platform id of the agent.
+        name: Display name of the agent.
+        instructions: The system prompt the LLM runs with.
+        model: The LLM model id.
+        voice_id: The TTS voice id.
+        language: The conversation language, a BCP 47 tag (en-US).
+        speech_rate: Multiplier of the voice's normal speaking rate; 1.0 when absent.
+        tools: The tools the LLM may call; may be empty.
+    """
 
     agent_id: Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS)]
     """Platform id of the agent.
@@ -450,7 +480,14 @@ class AgentConfig(Object, kw_only=True):
 
 
 class AudioFormat(Object, kw_only=True):
-    """The audio invariants of the session, the same in both directions."""
+    """The audio invariants of the session, the same in both directions.
+
+    Attributes:
+        sample_rate_hz: Samples per second (sample_rate_hz).
+        sample_width_bits: Bits per signed little-endian sample (sample_width_bits).
+        channels: Mono (channels).
+        frame_ms: Milliseconds of audio per binary frame (frame_ms).
+    """
 
     sample_rate_hz: Literal[16000]
     """Samples per second (sample_rate_hz).
@@ -480,6 +517,15 @@ class AudioFormat(Object, kw_only=True):
 class SessionPatch(Object, kw_only=True, forbid_unknown_fields=True):
     """The configuration changes of a session.update. Only the six mutable fields are allowed; at
     least one must be present.
+
+    Attributes:
+        voice_id: New TTS voice id.
+        language: New conversation language, a BCP 47 tag (es-ES).
+        model: New LLM model id.
+        instructions: New system prompt; replaces the previous one.
+        speech_rate: New speaking-rate multiplier (1.0 is normal).
+        caller_context: Data about the caller the agent may use (a CRM record, the account's
+            status); replaces the previous context.
     """
 
     voice_id: Annotated[str, Meta(min_length=1, max_length=MAX_ID_CHARS)] | UnsetType = UNSET
@@ -528,7 +574,14 @@ class SessionPatch(Object, kw_only=True, forbid_unknown_fields=True):
 
 
 class Word(Object, kw_only=True):
-    """One word of a transcript with its timing."""
+    """One word of a transcript with its timing.
+
+    Attributes:
+        word: The word as recognised.
+        start_ms: Where the word starts, in ms from the start of the utterance.
+        end_ms: Where the word ends, in ms from the start of the utterance; not below start_ms.
+        confidence: The recogniser's confidence in the word, 0 to 1.
+    """
 
     word: Annotated[str, Meta(min_length=1)]
     """The word as recognised.
@@ -556,7 +609,14 @@ class Word(Object, kw_only=True):
 
 
 class CostBreakdown(Object, kw_only=True):
-    """Cost of the call so far by component, in USD micros (1 USD = 1000000)."""
+    """Cost of the call so far by component, in USD micros (1 USD = 1000000).
+
+    Attributes:
+        llm_usd_micros: LLM tokens.
+        stt_usd_micros: Speech-to-text.
+        tts_usd_micros: Text-to-speech.
+        voice_termination_usd_micros: Telephony (SIP termination) minutes.
+    """
 
     llm_usd_micros: Annotated[int, Meta(ge=0, le=JSON_SAFE_INTEGER)]
     """LLM tokens.
@@ -584,7 +644,18 @@ class CostBreakdown(Object, kw_only=True):
 
 
 class FinalStats(Object, kw_only=True):
-    """Totals of the session, carried by session.end."""
+    """Totals of the session, carried by session.end.
+
+    Attributes:
+        duration_ms: Time from session.start to session.end.
+        turns: Agent turns completed.
+        tool_calls: Tool invocations (agent.tool.invoke).
+        barge_ins: Times the caller spoke over the agent.
+        client_frames: Binary frames received from the client.
+        server_frames: Binary frames sent to the client.
+        total_cost_usd_micros: Final cost of the call in USD micros; the sum of cost_breakdown.
+        cost_breakdown: Final cost by component.
+    """
 
     duration_ms: Annotated[int, Meta(ge=0, le=MAX_ELAPSED_MS)]
     """Time from session.start to session.end.
@@ -637,6 +708,15 @@ class EnvelopeFields(Object, kw_only=True):
 
     A message of a type this version does not know must still carry them: decoding checks them
     before it returns an ``UnknownMessage``.
+
+    Attributes:
+        seq: Sequence number of the event within its direction. Strictly increasing per direction
+            and per session; the server's and the client's counters are independent. session.start
+            is seq 0.
+        ts: When the sender emitted the event: an RFC 3339 date-time with its zone, such as
+            2026-05-14T12:34:56.000Z (a timezone-aware datetime in Python; voxwire writes UTC, Z).
+        session_id: The session the event belongs to: the id in the endpoint path and in the token,
+            echoed by session.start and carried by every event in both directions.
     """
 
     seq: Annotated[int, Meta(ge=0, le=MAX_SEQ)]
@@ -669,6 +749,19 @@ class SessionStart(EnvelopeFields, Message, tag="session.start", kw_only=True):
     connection.
 
     Sent by: server.
+
+    Attributes:
+        seq: Sequence number of the event within its direction. Strictly increasing per direction
+            and per session; the server's and the client's counters are independent. session.start
+            is seq 0.
+        ts: When the sender emitted the event: an RFC 3339 date-time with its zone, such as
+            2026-05-14T12:34:56.000Z (a timezone-aware datetime in Python; voxwire writes UTC, Z).
+        session_id: The session the event belongs to: the id in the endpoint path and in the token,
+            echoed by session.start and carried by every event in both directions.
+        protocol_version: The protocol version (protocol_version).
+        call: The SIP call.
+        agent: The agent's configuration and tools.
+        audio: The audio invariants.
     """
 
     type: ClassVar[Literal["session.start"]] = "session.start"
@@ -697,6 +790,16 @@ class SessionUpdate(EnvelopeFields, Message, tag="session.update", kw_only=True)
     acknowledged.
 
     Sent by: client.
+
+    Attributes:
+        seq: Sequence number of the event within its direction. Strictly increasing per direction
+            and per session; the server's and the client's counters are independent. session.start
+            is seq 0.
+        ts: When the sender emitted the event: an RFC 3339 date-time with its zone, such as
+            2026-05-14T12:34:56.000Z (a timezone-aware datetime in Python; voxwire writes UTC, Z).
+        session_id: The session the event belongs to: the id in the endpoint path and in the token,
+            echoed by session.start and carried by every event in both directions.
+        patch: The fields to change and their new values.
     """
 
     type: ClassVar[Literal["session.update"]] = "session.update"
@@ -715,6 +818,17 @@ class SessionResume(EnvelopeFields, Message, tag="session.resume", kw_only=True)
     then resumes the agent in place. Binary audio is not replayed.
 
     Sent by: client.
+
+    Attributes:
+        seq: Sequence number of the event within its direction. Strictly increasing per direction
+            and per session; the server's and the client's counters are independent. session.start
+            is seq 0.
+        ts: When the sender emitted the event: an RFC 3339 date-time with its zone, such as
+            2026-05-14T12:34:56.000Z (a timezone-aware datetime in Python; voxwire writes UTC, Z).
+        session_id: The session the event belongs to: the id in the endpoint path and in the token,
+            echoed by session.start and carried by every event in both directions.
+        last_server_seq: The seq of the last server event the client processed; the gateway replays
+            every server event after it.
     """
 
     type: ClassVar[Literal["session.resume"]] = "session.resume"
@@ -735,6 +849,19 @@ class SessionEnd(EnvelopeFields, Message, tag="session.end", kw_only=True):
     OVP_AUTH_FAILED and OVP_RESUME_EXPIRED, which close the connection without it.
 
     Sent by: server.
+
+    Attributes:
+        seq: Sequence number of the event within its direction. Strictly increasing per direction
+            and per session; the server's and the client's counters are independent. session.start
+            is seq 0.
+        ts: When the sender emitted the event: an RFC 3339 date-time with its zone, such as
+            2026-05-14T12:34:56.000Z (a timezone-aware datetime in Python; voxwire writes UTC, Z).
+        session_id: The session the event belongs to: the id in the endpoint path and in the token,
+            echoed by session.start and carried by every event in both directions.
+        reason: Why the session ended.
+        error_code: The code of the fatal error that ended the session, when one did (reason error,
+            max_duration, spend_cap).
+        stats: The session's totals.
     """
 
     type: ClassVar[Literal["session.end"]] = "session.end"
@@ -765,6 +892,19 @@ class AudioIngress(EnvelopeFields, Message, tag="audio.ingress", kw_only=True):
     a VAD indicator.
 
     Sent by: server.
+
+    Attributes:
+        seq: Sequence number of the event within its direction. Strictly increasing per direction
+            and per session; the server's and the client's counters are independent. session.start
+            is seq 0.
+        ts: When the sender emitted the event: an RFC 3339 date-time with its zone, such as
+            2026-05-14T12:34:56.000Z (a timezone-aware datetime in Python; voxwire writes UTC, Z).
+        session_id: The session the event belongs to: the id in the endpoint path and in the token,
+            echoed by session.start and carried by every event in both directions.
+        window_ms: Length of the window acknowledged.
+        frames: Client frames ingested in the window.
+        last_frame_seq: The frame_seq of the last client frame ingested.
+        speech: True when voice activity was detected in the window.
     """
 
     type: ClassVar[Literal["audio.ingress"]] = "audio.ingress"
@@ -799,6 +939,19 @@ class AudioEgress(EnvelopeFields, Message, tag="audio.egress", kw_only=True):
     last frame (the one with last_of_utterance set).
 
     Sent by: server.
+
+    Attributes:
+        seq: Sequence number of the event within its direction. Strictly increasing per direction
+            and per session; the server's and the client's counters are independent. session.start
+            is seq 0.
+        ts: When the sender emitted the event: an RFC 3339 date-time with its zone, such as
+            2026-05-14T12:34:56.000Z (a timezone-aware datetime in Python; voxwire writes UTC, Z).
+        session_id: The session the event belongs to: the id in the endpoint path and in the token,
+            echoed by session.start and carried by every event in both directions.
+        utterance_id: The TTS utterance.
+        turn_id: The agent turn the utterance speaks.
+        bytes_sent: PCM bytes of the utterance sent so far (640 per frame).
+        final: True when the utterance's audio is complete.
     """
 
     type: ClassVar[Literal["audio.egress"]] = "audio.egress"
@@ -832,6 +985,17 @@ class AudioFlush(EnvelopeFields, Message, tag="audio.flush", kw_only=True):
     agent.barge_in, on an agent.cancel, on a supervisor.takeover, and before session.end.
 
     Sent by: server.
+
+    Attributes:
+        seq: Sequence number of the event within its direction. Strictly increasing per direction
+            and per session; the server's and the client's counters are independent. session.start
+            is seq 0.
+        ts: When the sender emitted the event: an RFC 3339 date-time with its zone, such as
+            2026-05-14T12:34:56.000Z (a timezone-aware datetime in Python; voxwire writes UTC, Z).
+        session_id: The session the event belongs to: the id in the endpoint path and in the token,
+            echoed by session.start and carried by every event in both directions.
+        cause: Why the audio is discarded.
+        turn_id: The agent turn whose audio is discarded, when one was speaking.
     """
 
     type: ClassVar[Literal["audio.flush"]] = "audio.flush"
@@ -853,6 +1017,21 @@ class TranscriptPartial(EnvelopeFields, Message, tag="transcript.partial", kw_on
     previous one with the same utterance_id; transcript.final commits it.
 
     Sent by: server.
+
+    Attributes:
+        seq: Sequence number of the event within its direction. Strictly increasing per direction
+            and per session; the server's and the client's counters are independent. session.start
+            is seq 0.
+        ts: When the sender emitted the event: an RFC 3339 date-time with its zone, such as
+            2026-05-14T12:34:56.000Z (a timezone-aware datetime in Python; voxwire writes UTC, Z).
+        session_id: The session the event belongs to: the id in the endpoint path and in the token,
+            echoed by session.start and carried by every event in both directions.
+        utterance_id: The utterance; shared by its partials and its final.
+        speaker: Whose speech it is.
+        language: The recognised language, a BCP 47 tag.
+        text: The interim text of the whole utterance so far.
+        confidence: The recogniser's confidence, 0 to 1.
+        words: Interim word timings.
     """
 
     type: ClassVar[Literal["transcript.partial"]] = "transcript.partial"
@@ -903,6 +1082,21 @@ class TranscriptFinal(EnvelopeFields, Message, tag="transcript.final", kw_only=T
     The utterance's final text; no partial of the same utterance_id follows it.
 
     Sent by: server.
+
+    Attributes:
+        seq: Sequence number of the event within its direction. Strictly increasing per direction
+            and per session; the server's and the client's counters are independent. session.start
+            is seq 0.
+        ts: When the sender emitted the event: an RFC 3339 date-time with its zone, such as
+            2026-05-14T12:34:56.000Z (a timezone-aware datetime in Python; voxwire writes UTC, Z).
+        session_id: The session the event belongs to: the id in the endpoint path and in the token,
+            echoed by session.start and carried by every event in both directions.
+        utterance_id: The utterance.
+        speaker: Whose speech it is.
+        language: The recognised language, a BCP 47 tag.
+        text: The committed text.
+        confidence: The recogniser's confidence in the utterance, 0 to 1.
+        words: Word-level timing, in order; empty when the recogniser gives none.
     """
 
     type: ClassVar[Literal["transcript.final"]] = "transcript.final"
@@ -949,6 +1143,17 @@ class AgentInput(EnvelopeFields, Message, tag="agent.input", kw_only=True):
     system add context to the next turn without starting one.
 
     Sent by: client.
+
+    Attributes:
+        seq: Sequence number of the event within its direction. Strictly increasing per direction
+            and per session; the server's and the client's counters are independent. session.start
+            is seq 0.
+        ts: When the sender emitted the event: an RFC 3339 date-time with its zone, such as
+            2026-05-14T12:34:56.000Z (a timezone-aware datetime in Python; voxwire writes UTC, Z).
+        session_id: The session the event belongs to: the id in the endpoint path and in the token,
+            echoed by session.start and carried by every event in both directions.
+        source: Where the text comes from; decides how the LLM treats it.
+        text: The text for the LLM.
     """
 
     type: ClassVar[Literal["agent.input"]] = "agent.input"
@@ -970,6 +1175,17 @@ class AgentThinking(EnvelopeFields, Message, tag="agent.thinking", kw_only=True)
     tool call they may be spoken as filler; agent.output commits the response.
 
     Sent by: server.
+
+    Attributes:
+        seq: Sequence number of the event within its direction. Strictly increasing per direction
+            and per session; the server's and the client's counters are independent. session.start
+            is seq 0.
+        ts: When the sender emitted the event: an RFC 3339 date-time with its zone, such as
+            2026-05-14T12:34:56.000Z (a timezone-aware datetime in Python; voxwire writes UTC, Z).
+        session_id: The session the event belongs to: the id in the endpoint path and in the token,
+            echoed by session.start and carried by every event in both directions.
+        turn_id: The agent turn.
+        delta: The next chunk of the LLM's text.
     """
 
     type: ClassVar[Literal["agent.thinking"]] = "agent.thinking"
@@ -995,6 +1211,18 @@ class AgentOutput(EnvelopeFields, Message, tag="agent.output", kw_only=True):
     follows.
 
     Sent by: server.
+
+    Attributes:
+        seq: Sequence number of the event within its direction. Strictly increasing per direction
+            and per session; the server's and the client's counters are independent. session.start
+            is seq 0.
+        ts: When the sender emitted the event: an RFC 3339 date-time with its zone, such as
+            2026-05-14T12:34:56.000Z (a timezone-aware datetime in Python; voxwire writes UTC, Z).
+        session_id: The session the event belongs to: the id in the endpoint path and in the token,
+            echoed by session.start and carried by every event in both directions.
+        turn_id: The agent turn.
+        text: The turn's committed response text so far.
+        final: True when the turn's response text is complete.
     """
 
     type: ClassVar[Literal["agent.output"]] = "agent.output"
@@ -1023,6 +1251,19 @@ class AgentToolInvoke(EnvelopeFields, Message, tag="agent.tool.invoke", kw_only=
     with exactly one agent.tool.result or agent.tool.error with the same tool_call_id.
 
     Sent by: server.
+
+    Attributes:
+        seq: Sequence number of the event within its direction. Strictly increasing per direction
+            and per session; the server's and the client's counters are independent. session.start
+            is seq 0.
+        ts: When the sender emitted the event: an RFC 3339 date-time with its zone, such as
+            2026-05-14T12:34:56.000Z (a timezone-aware datetime in Python; voxwire writes UTC, Z).
+        session_id: The session the event belongs to: the id in the endpoint path and in the token,
+            echoed by session.start and carried by every event in both directions.
+        turn_id: The agent turn.
+        tool_call_id: The tool call, unique within the session.
+        name: The tool's name.
+        arguments: The arguments, which the tool's input_schema must accept.
     """
 
     type: ClassVar[Literal["agent.tool.invoke"]] = "agent.tool.invoke"
@@ -1059,6 +1300,18 @@ class AgentToolStreaming(EnvelopeFields, Message, tag="agent.tool.streaming", kw
     still ends with agent.tool.result carrying the complete result, or with agent.tool.error.
 
     Sent by: server.
+
+    Attributes:
+        seq: Sequence number of the event within its direction. Strictly increasing per direction
+            and per session; the server's and the client's counters are independent. session.start
+            is seq 0.
+        ts: When the sender emitted the event: an RFC 3339 date-time with its zone, such as
+            2026-05-14T12:34:56.000Z (a timezone-aware datetime in Python; voxwire writes UTC, Z).
+        session_id: The session the event belongs to: the id in the endpoint path and in the token,
+            echoed by session.start and carried by every event in both directions.
+        turn_id: The agent turn.
+        tool_call_id: The tool call.
+        partial: The partial result, any JSON value.
     """
 
     type: ClassVar[Literal["agent.tool.streaming"]] = "agent.tool.streaming"
@@ -1083,6 +1336,19 @@ class AgentToolResult(EnvelopeFields, Message, tag="agent.tool.result", kw_only=
     """The final result of a tool call and how long it took.
 
     Sent by: server.
+
+    Attributes:
+        seq: Sequence number of the event within its direction. Strictly increasing per direction
+            and per session; the server's and the client's counters are independent. session.start
+            is seq 0.
+        ts: When the sender emitted the event: an RFC 3339 date-time with its zone, such as
+            2026-05-14T12:34:56.000Z (a timezone-aware datetime in Python; voxwire writes UTC, Z).
+        session_id: The session the event belongs to: the id in the endpoint path and in the token,
+            echoed by session.start and carried by every event in both directions.
+        turn_id: The agent turn.
+        tool_call_id: The tool call.
+        result: The tool's result, any JSON value (usually an object).
+        duration_ms: Time from the invocation to the result.
     """
 
     type: ClassVar[Literal["agent.tool.result"]] = "agent.tool.result"
@@ -1117,6 +1383,21 @@ class AgentToolError(EnvelopeFields, Message, tag="agent.tool.error", kw_only=Tr
     sees the failure.
 
     Sent by: server.
+
+    Attributes:
+        seq: Sequence number of the event within its direction. Strictly increasing per direction
+            and per session; the server's and the client's counters are independent. session.start
+            is seq 0.
+        ts: When the sender emitted the event: an RFC 3339 date-time with its zone, such as
+            2026-05-14T12:34:56.000Z (a timezone-aware datetime in Python; voxwire writes UTC, Z).
+        session_id: The session the event belongs to: the id in the endpoint path and in the token,
+            echoed by session.start and carried by every event in both directions.
+        turn_id: The agent turn.
+        tool_call_id: The tool call.
+        code: OVP_TOOL_UNKNOWN, OVP_TOOL_ARGS_INVALID or the tool's own error code.
+        message: What went wrong, for people.
+        retryable: True when calling the tool again with the same arguments may succeed.
+        duration_ms: Time from the invocation to the failure, when the tool ran.
     """
 
     type: ClassVar[Literal["agent.tool.error"]] = "agent.tool.error"
@@ -1165,6 +1446,18 @@ class AgentBargeIn(EnvelopeFields, Message, tag="agent.barge_in", kw_only=True):
     audio.flush with cause barge_in accompanies it.
 
     Sent by: server.
+
+    Attributes:
+        seq: Sequence number of the event within its direction. Strictly increasing per direction
+            and per session; the server's and the client's counters are independent. session.start
+            is seq 0.
+        ts: When the sender emitted the event: an RFC 3339 date-time with its zone, such as
+            2026-05-14T12:34:56.000Z (a timezone-aware datetime in Python; voxwire writes UTC, Z).
+        session_id: The session the event belongs to: the id in the endpoint path and in the token,
+            echoed by session.start and carried by every event in both directions.
+        turn_id: The agent turn that was cut.
+        played_bytes: PCM bytes of the turn the caller heard.
+        played_ms: Milliseconds of the turn the caller heard.
     """
 
     type: ClassVar[Literal["agent.barge_in"]] = "agent.barge_in"
@@ -1195,6 +1488,17 @@ class AgentCancel(EnvelopeFields, Message, tag="agent.cancel", kw_only=True):
     output from the LLM context. Without turn_id the turn in progress is cancelled.
 
     Sent by: client.
+
+    Attributes:
+        seq: Sequence number of the event within its direction. Strictly increasing per direction
+            and per session; the server's and the client's counters are independent. session.start
+            is seq 0.
+        ts: When the sender emitted the event: an RFC 3339 date-time with its zone, such as
+            2026-05-14T12:34:56.000Z (a timezone-aware datetime in Python; voxwire writes UTC, Z).
+        session_id: The session the event belongs to: the id in the endpoint path and in the token,
+            echoed by session.start and carried by every event in both directions.
+        turn_id: The turn to cancel; the turn in progress when absent.
+        reason: Why the turn is cancelled (for logs and dashboards).
     """
 
     type: ClassVar[Literal["agent.cancel"]] = "agent.cancel"
@@ -1216,6 +1520,17 @@ class SupervisorTakeover(EnvelopeFields, Message, tag="supervisor.takeover", kw_
     resumable true the operator may hand the call back with supervisor.release.
 
     Sent by: client.
+
+    Attributes:
+        seq: Sequence number of the event within its direction. Strictly increasing per direction
+            and per session; the server's and the client's counters are independent. session.start
+            is seq 0.
+        ts: When the sender emitted the event: an RFC 3339 date-time with its zone, such as
+            2026-05-14T12:34:56.000Z (a timezone-aware datetime in Python; voxwire writes UTC, Z).
+        session_id: The session the event belongs to: the id in the endpoint path and in the token,
+            echoed by session.start and carried by every event in both directions.
+        operator_user_id: The operator taking over.
+        resumable: True when the operator may hand the call back to the AI.
     """
 
     type: ClassVar[Literal["supervisor.takeover"]] = "supervisor.takeover"
@@ -1237,6 +1552,17 @@ class SupervisorRelease(EnvelopeFields, Message, tag="supervisor.release", kw_on
     context so the AI knows what happened while it was paused.
 
     Sent by: client.
+
+    Attributes:
+        seq: Sequence number of the event within its direction. Strictly increasing per direction
+            and per session; the server's and the client's counters are independent. session.start
+            is seq 0.
+        ts: When the sender emitted the event: an RFC 3339 date-time with its zone, such as
+            2026-05-14T12:34:56.000Z (a timezone-aware datetime in Python; voxwire writes UTC, Z).
+        session_id: The session the event belongs to: the id in the endpoint path and in the token,
+            echoed by session.start and carried by every event in both directions.
+        operator_user_id: The operator handing back.
+        context_note: What was said or done while the AI was paused.
     """
 
     type: ClassVar[Literal["supervisor.release"]] = "supervisor.release"
@@ -1261,6 +1587,19 @@ class ImageSend(EnvelopeFields, Message, tag="image.send", kw_only=True):
     RCS).
 
     Sent by: server.
+
+    Attributes:
+        seq: Sequence number of the event within its direction. Strictly increasing per direction
+            and per session; the server's and the client's counters are independent. session.start
+            is seq 0.
+        ts: When the sender emitted the event: an RFC 3339 date-time with its zone, such as
+            2026-05-14T12:34:56.000Z (a timezone-aware datetime in Python; voxwire writes UTC, Z).
+        session_id: The session the event belongs to: the id in the endpoint path and in the token,
+            echoed by session.start and carried by every event in both directions.
+        channel: The channel that carries the image.
+        media_url: Where the image is hosted (https).
+        caption: Text sent with the image.
+        media_id: Platform id of the sent media.
     """
 
     type: ClassVar[Literal["image.send"]] = "image.send"
@@ -1291,6 +1630,22 @@ class FileAttach(EnvelopeFields, Message, tag="file.attach", kw_only=True):
     """The agent sends the caller a file (a PDF, etc.) over a messaging channel.
 
     Sent by: server.
+
+    Attributes:
+        seq: Sequence number of the event within its direction. Strictly increasing per direction
+            and per session; the server's and the client's counters are independent. session.start
+            is seq 0.
+        ts: When the sender emitted the event: an RFC 3339 date-time with its zone, such as
+            2026-05-14T12:34:56.000Z (a timezone-aware datetime in Python; voxwire writes UTC, Z).
+        session_id: The session the event belongs to: the id in the endpoint path and in the token,
+            echoed by session.start and carried by every event in both directions.
+        channel: The channel that carries the file.
+        media_url: Where the file is hosted (https).
+        file_name: The file name the caller sees.
+        mime_type: The file's media type (application/pdf), without parameters.
+        size_bytes: The file's size.
+        caption: Text sent with the file.
+        media_id: Platform id of the sent media.
     """
 
     type: ClassVar[Literal["file.attach"]] = "file.attach"
@@ -1350,6 +1705,18 @@ class ScreenShare(EnvelopeFields, Message, tag="screen.share", kw_only=True):
     viewer link on start.
 
     Sent by: server, client.
+
+    Attributes:
+        seq: Sequence number of the event within its direction. Strictly increasing per direction
+            and per session; the server's and the client's counters are independent. session.start
+            is seq 0.
+        ts: When the sender emitted the event: an RFC 3339 date-time with its zone, such as
+            2026-05-14T12:34:56.000Z (a timezone-aware datetime in Python; voxwire writes UTC, Z).
+        session_id: The session the event belongs to: the id in the endpoint path and in the token,
+            echoed by session.start and carried by every event in both directions.
+        action: Start or stop.
+        share_id: The screen-share session.
+        url: The viewer link sent to the caller; only on a start.
     """
 
     type: ClassVar[Literal["screen.share"]] = "screen.share"
@@ -1376,6 +1743,19 @@ class CallQualityUpdate(EnvelopeFields, Message, tag="call.quality.update", kw_o
     """Caller-leg quality over the last period (every 5 s): packet loss, jitter, RTT and MOS.
 
     Sent by: server.
+
+    Attributes:
+        seq: Sequence number of the event within its direction. Strictly increasing per direction
+            and per session; the server's and the client's counters are independent. session.start
+            is seq 0.
+        ts: When the sender emitted the event: an RFC 3339 date-time with its zone, such as
+            2026-05-14T12:34:56.000Z (a timezone-aware datetime in Python; voxwire writes UTC, Z).
+        session_id: The session the event belongs to: the id in the endpoint path and in the token,
+            echoed by session.start and carried by every event in both directions.
+        packet_loss_pct: Percentage of RTP packets lost.
+        jitter_ms: Interarrival jitter (RFC 3550) in ms.
+        rtt_ms: Round-trip time of the caller leg in ms.
+        mos: Estimated mean opinion score, 1.0 (bad) to 5.0 (excellent).
     """
 
     type: ClassVar[Literal["call.quality.update"]] = "call.quality.update"
@@ -1415,6 +1795,25 @@ class AgentLatencyBreakdown(EnvelopeFields, Message, tag="agent.latency.breakdow
     speech (or the agent.input that started the turn) to the first agent audio frame sent.
 
     Sent by: server.
+
+    Attributes:
+        seq: Sequence number of the event within its direction. Strictly increasing per direction
+            and per session; the server's and the client's counters are independent. session.start
+            is seq 0.
+        ts: When the sender emitted the event: an RFC 3339 date-time with its zone, such as
+            2026-05-14T12:34:56.000Z (a timezone-aware datetime in Python; voxwire writes UTC, Z).
+        session_id: The session the event belongs to: the id in the endpoint path and in the token,
+            echoed by session.start and carried by every event in both directions.
+        turn_id: The agent turn measured.
+        stt_first_token_ms: Start of the caller's speech to STT's first token; null when no caller
+            speech started the turn.
+        stt_final_ms: End of the caller's speech to STT's final transcript; null when no caller
+            speech started the turn.
+        llm_first_token_ms: The LLM's first token, from the request.
+        llm_final_ms: The LLM's last token, from the request.
+        tts_first_byte_ms: TTS's first audio byte, from the request.
+        total_turn_ms: End of the caller's speech (or the agent.input) to the first agent audio
+            sent.
     """
 
     type: ClassVar[Literal["agent.latency.breakdown"]] = "agent.latency.breakdown"
@@ -1472,6 +1871,17 @@ class AgentCostTick(EnvelopeFields, Message, tag="agent.cost.tick", kw_only=True
     of the breakdown.
 
     Sent by: server.
+
+    Attributes:
+        seq: Sequence number of the event within its direction. Strictly increasing per direction
+            and per session; the server's and the client's counters are independent. session.start
+            is seq 0.
+        ts: When the sender emitted the event: an RFC 3339 date-time with its zone, such as
+            2026-05-14T12:34:56.000Z (a timezone-aware datetime in Python; voxwire writes UTC, Z).
+        session_id: The session the event belongs to: the id in the endpoint path and in the token,
+            echoed by session.start and carried by every event in both directions.
+        total_cost_usd_micros: Cost of the call so far, in USD micros.
+        breakdown: Cost so far by component.
     """
 
     type: ClassVar[Literal["agent.cost.tick"]] = "agent.cost.tick"
@@ -1495,6 +1905,18 @@ class AgentHandoffRequested(EnvelopeFields, Message, tag="agent.handoff_requeste
     no handoff id.
 
     Sent by: server.
+
+    Attributes:
+        seq: Sequence number of the event within its direction. Strictly increasing per direction
+            and per session; the server's and the client's counters are independent. session.start
+            is seq 0.
+        ts: When the sender emitted the event: an RFC 3339 date-time with its zone, such as
+            2026-05-14T12:34:56.000Z (a timezone-aware datetime in Python; voxwire writes UTC, Z).
+        session_id: The session the event belongs to: the id in the endpoint path and in the token,
+            echoed by session.start and carried by every event in both directions.
+        reason: Why a human is needed.
+        caller_summary: A summary of the call so far for the operator.
+        sentiment: The caller's sentiment.
     """
 
     type: ClassVar[Literal["agent.handoff_requested"]] = "agent.handoff_requested"
@@ -1516,6 +1938,17 @@ class AgentHandoffAccepted(EnvelopeFields, Message, tag="agent.handoff_accepted"
     """An operator picked up the handoff; carries how long the call waited in the queue.
 
     Sent by: client.
+
+    Attributes:
+        seq: Sequence number of the event within its direction. Strictly increasing per direction
+            and per session; the server's and the client's counters are independent. session.start
+            is seq 0.
+        ts: When the sender emitted the event: an RFC 3339 date-time with its zone, such as
+            2026-05-14T12:34:56.000Z (a timezone-aware datetime in Python; voxwire writes UTC, Z).
+        session_id: The session the event belongs to: the id in the endpoint path and in the token,
+            echoed by session.start and carried by every event in both directions.
+        operator_user_id: The operator who accepted.
+        queue_wait_ms: Time the call waited in the operator queue.
     """
 
     type: ClassVar[Literal["agent.handoff_accepted"]] = "agent.handoff_accepted"
@@ -1542,6 +1975,17 @@ class AgentHandoffCompleted(EnvelopeFields, Message, tag="agent.handoff_complete
     agent_remains_observer the AI stays on the call muted and may keep emitting transcripts.
 
     Sent by: server, client.
+
+    Attributes:
+        seq: Sequence number of the event within its direction. Strictly increasing per direction
+            and per session; the server's and the client's counters are independent. session.start
+            is seq 0.
+        ts: When the sender emitted the event: an RFC 3339 date-time with its zone, such as
+            2026-05-14T12:34:56.000Z (a timezone-aware datetime in Python; voxwire writes UTC, Z).
+        session_id: The session the event belongs to: the id in the endpoint path and in the token,
+            echoed by session.start and carried by every event in both directions.
+        operator_user_id: The operator who now owns the call.
+        agent_remains_observer: True when the AI stays on the call, muted, as an observer.
     """
 
     type: ClassVar[Literal["agent.handoff_completed"]] = "agent.handoff_completed"
@@ -1560,6 +2004,17 @@ class AgentHandoffFailed(EnvelopeFields, Message, tag="agent.handoff_failed", kw
     """The handoff failed (no operator, timeout, declined); carries the fallback the call takes.
 
     Sent by: client.
+
+    Attributes:
+        seq: Sequence number of the event within its direction. Strictly increasing per direction
+            and per session; the server's and the client's counters are independent. session.start
+            is seq 0.
+        ts: When the sender emitted the event: an RFC 3339 date-time with its zone, such as
+            2026-05-14T12:34:56.000Z (a timezone-aware datetime in Python; voxwire writes UTC, Z).
+        session_id: The session the event belongs to: the id in the endpoint path and in the token,
+            echoed by session.start and carried by every event in both directions.
+        reason: Why the handoff failed.
+        fallback: What the call does now.
     """
 
     type: ClassVar[Literal["agent.handoff_failed"]] = "agent.handoff_failed"
@@ -1578,6 +2033,17 @@ class DtmfReceived(EnvelopeFields, Message, tag="dtmf.received", kw_only=True):
     in order.
 
     Sent by: server.
+
+    Attributes:
+        seq: Sequence number of the event within its direction. Strictly increasing per direction
+            and per session; the server's and the client's counters are independent. session.start
+            is seq 0.
+        ts: When the sender emitted the event: an RFC 3339 date-time with its zone, such as
+            2026-05-14T12:34:56.000Z (a timezone-aware datetime in Python; voxwire writes UTC, Z).
+        session_id: The session the event belongs to: the id in the endpoint path and in the token,
+            echoed by session.start and carried by every event in both directions.
+        digits: The key or keys pressed, in order.
+        duration_ms: How long the tone lasted, when known.
     """
 
     type: ClassVar[Literal["dtmf.received"]] = "dtmf.received"
@@ -1604,6 +2070,17 @@ class DtmfSend(EnvelopeFields, Message, tag="dtmf.send", kw_only=True):
     same length.
 
     Sent by: client.
+
+    Attributes:
+        seq: Sequence number of the event within its direction. Strictly increasing per direction
+            and per session; the server's and the client's counters are independent. session.start
+            is seq 0.
+        ts: When the sender emitted the event: an RFC 3339 date-time with its zone, such as
+            2026-05-14T12:34:56.000Z (a timezone-aware datetime in Python; voxwire writes UTC, Z).
+        session_id: The session the event belongs to: the id in the endpoint path and in the token,
+            echoed by session.start and carried by every event in both directions.
+        digits: The keys to send, in order.
+        duration_ms: Tone length of each key; dtmf_default_duration_ms (100) when absent.
     """
 
     type: ClassVar[Literal["dtmf.send"]] = "dtmf.send"
@@ -1632,6 +2109,19 @@ class ErrorEvent(EnvelopeFields, Message, tag="error", kw_only=True):
     error about a client event it carries event_seq and event_type when they could be read.
 
     Sent by: server.
+
+    Attributes:
+        seq: Sequence number of the event within its direction. Strictly increasing per direction
+            and per session; the server's and the client's counters are independent. session.start
+            is seq 0.
+        ts: When the sender emitted the event: an RFC 3339 date-time with its zone, such as
+            2026-05-14T12:34:56.000Z (a timezone-aware datetime in Python; voxwire writes UTC, Z).
+        session_id: The session the event belongs to: the id in the endpoint path and in the token,
+            echoed by session.start and carried by every event in both directions.
+        code: One of the error codes (OVP_...); codes added later are accepted.
+        message: What went wrong, for people.
+        recoverable: True when the WebSocket stays open; false when the session ends.
+        details: Code-specific data.
     """
 
     type: ClassVar[Literal["error"]] = "error"
