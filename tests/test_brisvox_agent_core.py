@@ -31,10 +31,9 @@ from voxwire.brisvox.outputs import (
     EventBuffer,
     EventsDropped,
     HandshakeFailed,
-    Ignored,
     transition_table,
 )
-from voxwire.sansio import Close, SendText
+from voxwire.sansio import Close, Ignored, SendText
 
 
 def _sent(out: list[object]) -> list[dict[str, object]]:

@@ -24,9 +24,9 @@ from voxwire.brisvox.engine_core import (
     ToolOverdue,
     backoff_factor,
 )
-from voxwire.brisvox.outputs import BadMessage, HandshakeFailed, Ignored
+from voxwire.brisvox.outputs import BadMessage, HandshakeFailed
 from voxwire.link import Outbound, Overflow
-from voxwire.sansio import Close, SendText
+from voxwire.sansio import Close, Ignored, SendText
 
 LOOKUP = {
     "name": "lookup",

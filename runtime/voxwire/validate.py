@@ -32,13 +32,13 @@ from msgspec import UNSET
 from voxwire import brisvox, ovp
 from voxwire.brisvox.engine_core import AgentAccepted, EngineCore, EngineState, LinkSettings
 from voxwire.brisvox.outputs import BadMessage, HandshakeFailed
-from voxwire.brisvox.outputs import Ignored as EngineIgnored
 from voxwire.capture import CaptureError, CaptureHeader, Frame, read_capture
 from voxwire.errors import ProtocolError
 from voxwire.ovp._session import AudioIn, FrameOrder, SessionOver
 from voxwire.ovp._session import Ignored as ClientIgnored
 from voxwire.ovp.client_core import ClientCore, Rejected
 from voxwire.sansio import Close
+from voxwire.sansio import Ignored as EngineIgnored
 
 __all__ = ["CAPTURE_CODE", "Finding", "Note", "Tally", "Violation", "check_capture"]
 

@@ -100,13 +100,12 @@ from voxwire.brisvox.outputs import (
     EventBuffer,
     EventsDropped,
     HandshakeFailed,
-    Ignored,
 )
 from voxwire.capture import CaptureWriter, Record, Recorder, open_recorder
 from voxwire.clock import SYSTEM_CLOCK, Clock
 from voxwire.errors import SessionClosed, VoxwireError
 from voxwire.link import Keepalive, Link, Outbound, Overflow, Put
-from voxwire.sansio import Close, SendText
+from voxwire.sansio import Close, Ignored, SendText
 
 __all__ = [
     "Accept",

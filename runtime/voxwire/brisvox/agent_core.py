@@ -51,11 +51,10 @@ from voxwire.brisvox.messages import (
 from voxwire.brisvox.outputs import (
     BadMessage,
     HandshakeFailed,
-    Ignored,
     Transition,
     refusal_text,
 )
-from voxwire.sansio import Close, SendText
+from voxwire.sansio import Close, Ignored, SendText
 
 __all__ = [
     "AGENT_TRANSITIONS",

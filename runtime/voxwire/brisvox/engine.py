@@ -80,14 +80,14 @@ from voxwire.brisvox.messages import (
     SessionUsage,
     ToolCancelReason,
 )
-from voxwire.brisvox.outputs import BadMessage, HandshakeFailed, Ignored
+from voxwire.brisvox.outputs import BadMessage, HandshakeFailed
 from voxwire.capture import Record, open_recorder
 from voxwire.clock import SYSTEM_CLOCK, Clock
 from voxwire.errors import ConfigError
 from voxwire.hosts import CheckedURL, check_url
 from voxwire.link import Keepalive, Link, Outbound, Overflow
 from voxwire.link import LinkDown as WireDown
-from voxwire.sansio import Close, SendText
+from voxwire.sansio import Close, Ignored, SendText
 
 __all__ = [
     "AgentLinkConfig",

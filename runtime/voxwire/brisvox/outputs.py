@@ -22,7 +22,6 @@ __all__ = [
     "EventBuffer",
     "EventsDropped",
     "HandshakeFailed",
-    "Ignored",
     "Transition",
     "refusal_text",
     "transition_table",
@@ -39,13 +38,6 @@ class HandshakeFailed:
     reason: str
     rejected: SessionReject | None = None
     final: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class Ignored:
-    """Something the protocol says to ignore (logged at DEBUG and counted, never silent)."""
-
-    what: str
 
 
 @dataclass(frozen=True, slots=True)
