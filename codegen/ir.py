@@ -133,6 +133,8 @@ class ErrorCode:
     """``protocol`` or ``application`` when only that side raises it."""
     end_reason: tuple[Enum, EnumValue] | None
     """The end reason of the session the error ends, if it names one."""
+    close_code: CloseCode | None
+    """The close code that follows the error at once (a refusal), if one."""
     source: str | None
     decisions: tuple[Decision, ...]
 
@@ -487,16 +489,16 @@ class _Resolver:
             fs.class_name: ("field_sets", fs.name) for fs in self.field_sets.values()
         }
         unions = self._unions(senders, messages, enums, taken)
-        errors = tuple(
-            self._error_facts(e, raw_error, ("errors", i), messages)
-            for i, (e, raw_error) in enumerate(zip(errors, data["errors"], strict=True))
-        )
         close_codes = tuple(
             self._close_code(c, ("close_codes", i))
             for i, c in enumerate(data.get("close_codes", []))
         )
         self._unique([c.name for c in close_codes], ("close_codes",), "close code", "name")
         self._unique([str(c.code) for c in close_codes], ("close_codes",), "close code", "code")
+        errors = tuple(
+            self._error_facts(e, raw_error, ("errors", i), messages, close_codes)
+            for i, (e, raw_error) in enumerate(zip(errors, data["errors"], strict=True))
+        )
         frames = tuple(self._frame(f, ("frames", i)) for i, f in enumerate(data.get("frames", [])))
         transport = dict(data.get("transport", {}))
         transport_decisions = self._decisions(transport, ("transport",), "transport")
@@ -628,19 +630,31 @@ class _Resolver:
             carried_by=tuple(e.get("carried_by", ())),
             raised_by=e.get("raised_by"),
             end_reason=None,
+            close_code=None,
             source=e.get("source"),
             decisions=self._decisions(e, path, f"error code {e['code']}"),
         )
 
     def _error_facts(
-        self, error: ErrorCode, e: dict[str, Any], path: PathT, messages: tuple[Message, ...]
+        self,
+        error: ErrorCode,
+        e: dict[str, Any],
+        path: PathT,
+        messages: tuple[Message, ...],
+        close_codes: tuple[CloseCode, ...],
     ) -> ErrorCode:
-        """``error`` with its carriers checked and its end reason resolved (after the messages
-        and enums it names)."""
+        """``error`` with its carriers checked and its close code and end reason resolved
+        (after the messages, close codes and enums they name)."""
         types = {m.type for m in messages}
         for i, carrier in enumerate(error.carried_by):
             if carrier != "http" and carrier not in types:
                 self.fail((*path, "carried_by", i), f"unknown message type {carrier!r}")
+        if "close_code" in e:
+            close = next((c for c in close_codes if c.name == e["close_code"]), None)
+            if close is None:
+                self.fail((*path, "close_code"), f"unknown close code {e['close_code']!r}")
+            else:
+                error = dataclasses.replace(error, close_code=close)
         spelled = e.get("end_reason")
         if spelled is None:
             return error

@@ -12,6 +12,7 @@ import keyword
 import re
 
 __all__ = [
+    "CLOSE_AFTER",
     "CLOSE_CODE",
     "DECODE",
     "DECODER",
@@ -114,6 +115,9 @@ def union_types(union: str) -> str:
 
 CLOSE_CODE = "CloseCode"
 """The IntEnum of a protocol's WebSocket close codes."""
+
+CLOSE_AFTER = "CLOSE_AFTER"
+"""The mapping from an error code to the close code that follows the error at once."""
 
 END_REASONS = "END_REASONS"
 """The mapping from an error code to the end reason of the session it ends."""

@@ -235,6 +235,8 @@ def _errors(p: Protocol, header: str) -> str:
     exports += [names.RECOVERABLE] if recoverable else []
     exports += [c["name"] for c in code_sets]
     exports += [names.END_REASONS] if end_reasons else []
+    close_after = [(e.py_name, e.close_code.py_name) for e in p.errors if e.close_code]
+    exports += [names.CLOSE_AFTER] if close_after else []
     return _TEMPLATES.get_template("errors.py.j2").render(
         header=header,
         p=Proxy(p, errors=errors),
@@ -243,6 +245,7 @@ def _errors(p: Protocol, header: str) -> str:
         end_enum=end_enum,
         end_reasons_name=names.END_REASONS,
         end_reasons=end_reasons,
+        close_after=close_after,
         exports=_sorted_all(exports),
     )
 

@@ -163,6 +163,10 @@ def test_close_codes_and_code_sets_come_from_the_spec() -> None:
     } == ovp.CARRIED_BY_AGENT_TOOL_ERROR
     assert ovp.ErrorCode.OVP_SUBPROTOCOL_MISMATCH in ovp.RAISED_BY_PROTOCOL & ovp.CARRIED_BY_HTTP
     assert ovp.END_REASONS[ovp.ErrorCode.OVP_SPEND_CAP_EXCEEDED] is ovp.SessionEndReason.SPEND_CAP
+    assert ovp.CLOSE_AFTER == {
+        ovp.ErrorCode.OVP_AUTH_FAILED: ovp.CloseCode.POLICY,
+        ovp.ErrorCode.OVP_RESUME_EXPIRED: ovp.CloseCode.POLICY,
+    }
     assert "confirm_pending" in brisvox.RESERVED_TOOL_NAMES
     assert brisvox.END_COMMAND_EXTRA_MS == 35000 and brisvox.TRANSFER_COMMAND_EXTRA_MS == 50000
 
