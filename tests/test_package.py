@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
+from tests.node import node
 
 # What both installs must show: every module, the data files, and a working decode.
 PROBE = r"""
@@ -179,6 +180,7 @@ def _fresh_venv(folder: Path, *install: str) -> Path:
 def test_the_readme_install_and_the_wheel_type_check_a_user_program_alike(
     wheel: Path, tmp_path: Path
 ) -> None:
+    node()  # pyright runs on it (the PyPI package carries pyright itself)
     editable = _fresh_venv(tmp_path / "editable", "-e", f"{ROOT}[gateway]")
     from_wheel = _fresh_venv(tmp_path / "wheel", f"{wheel}[gateway]")
     for python in (editable, from_wheel):
