@@ -13,7 +13,9 @@ do; this process is the engine. Both contenders carry the same call events, the 
 
 A round is one call (one connection): the clock starts after the handshake and stops when the
 child reports how many events it received, after the call's end (``session.end``, or a final
-marker for the bare pair). Every count is checked against what was sent, so a loss shows. The
+marker for the bare pair). Every count is checked against what was sent, so a loss shows, and
+the rate is of events delivered: an event dropped on the way (by either side's bounded queue)
+does not count. The
 engine side never waits for the agent (``send_event`` queues at most ``LinkSettings.event_queue``
 events and drops the newest past it), so the sender hands over half a queue at a time and yields
 until the link has written it.
@@ -38,11 +40,12 @@ from websockets.asyncio.client import connect
 from websockets.asyncio.server import ServerConnection, serve
 
 from benchmarks.corpus import brisvox_server_corpus
+from benchmarks.timing import run
 from voxwire.brisvox.agent import AgentServer, AgentSession, EventsDropped
 from voxwire.brisvox.codec import decode
-from voxwire.brisvox.core import Event, LinkSettings
 from voxwire.brisvox.engine import AgentTarget, EngineLink
-from voxwire.brisvox.messages import EventsLost
+from voxwire.brisvox.engine_core import LinkSettings
+from voxwire.brisvox.messages import Event, EventsLost
 from voxwire.hosts import check_url
 
 __all__ = ["Throughput", "brisvox_transport_table", "run_brisvox_transport_benchmark"]
@@ -73,7 +76,8 @@ class Throughput:
 
     @property
     def per_second(self) -> float:
-        return self.events / self.seconds if self.seconds > 0 else 0.0
+        """Events delivered to the agent per second: a dropped event does not count."""
+        return self.received / self.seconds if self.seconds > 0 else 0.0
 
 
 def _is_event(message: object) -> TypeGuard[Event]:
@@ -160,7 +164,7 @@ async def _voxwire_round(
             link.send_event(event)
             sent += 1
             if sent % batch == 0:
-                while link.core.has_output:  # let the writer hand the batch to the socket
+                while link.pending:  # let the writer hand the batch to the socket
                     await asyncio.sleep(0)
                 if time.perf_counter() - began > SEND_BOUND_S:
                     break
@@ -197,7 +201,7 @@ async def _spawn(mode: str) -> tuple[asyncio.subprocess.Process, int]:
 
 
 def _summary(name: str, rounds: list[_Round]) -> Throughput:
-    rates = [r.sent / r.seconds for r in rounds]
+    rates = [r.received / r.seconds for r in rounds]
     median = rounds[rates.index(statistics.median_low(rates))]
     lost = sum(r.sent - r.received for r in rounds)
     return Throughput(name, median.sent, median.received, median.seconds, len(rounds), lost)
@@ -238,7 +242,7 @@ async def _run(events: int, rounds: int) -> list[Throughput]:
 def run_brisvox_transport_benchmark(events: int, rounds: int) -> list[Throughput]:
     """voxwire's engine-to-agent link, then the bare websockets pair: the median of ``rounds``
     interleaved rounds of ``events`` events each."""
-    return asyncio.run(_run(events, rounds))
+    return run(_run(events, rounds))
 
 
 def brisvox_transport_table(results: list[Throughput]) -> str:
@@ -248,7 +252,7 @@ def brisvox_transport_table(results: list[Throughput]) -> str:
     lines = [
         f"## Brisvox events per second, engine to agent (median of {rounds} rounds)",
         "",
-        "| implementation | events | seconds | events per second | vs bare | lost |",
+        "| implementation | events sent | seconds | events delivered per second | vs bare | lost |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     for r in results:
@@ -261,4 +265,4 @@ def brisvox_transport_table(results: list[Throughput]) -> str:
 
 
 if __name__ == "__main__":
-    asyncio.run({"agent": _serve_agent, "bare": _serve_bare}[sys.argv[1]]())
+    run({"agent": _serve_agent, "bare": _serve_bare}[sys.argv[1]]())

@@ -1,16 +1,39 @@
-"""Timing that holds on a shared, noisy machine: interleaved rounds, medians, ratios."""
+"""Timing that holds on a shared, noisy machine: interleaved rounds, medians, ratios; and the
+event loop every asyncio benchmark runs on (asyncio's own, or uvloop with ``--loop uvloop``)."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
+import importlib
+import os
 import random
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["Contender", "Result", "measure"]
+__all__ = ["LOOP_ENV", "Contender", "Result", "loop_name", "measure", "run"]
+
+LOOP_ENV = "VOXWIRE_BENCHMARK_LOOP"
+"""``uvloop`` runs every benchmark process (this one and the servers it starts) on uvloop."""
+
+T = TypeVar("T")
+
+
+def loop_name() -> str:
+    """The event loop this run uses: ``asyncio`` or ``uvloop``."""
+    return "uvloop" if os.environ.get(LOOP_ENV) == "uvloop" else "asyncio"
+
+
+def run(main: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run(main)`` on the run's event loop (uvloop: ``pip install voxwire[uvloop]``)."""
+    if loop_name() == "uvloop":
+        uvloop = importlib.import_module("uvloop")
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            return runner.run(main)
+    return asyncio.run(main)
 
 
 @dataclass(frozen=True)

@@ -26,16 +26,19 @@ from dataclasses import dataclass
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.asyncio.server import ServerConnection, serve
 
+from benchmarks.timing import run
 from voxwire import ovp
+from voxwire.link.pacer import Pacer
 from voxwire.ovp.client import _Connection  # offers orbit-voice/1.0 verbatim (see its docs)
 from voxwire.ovp.gateway import Gateway, GatewaySession, mint_token
 
-__all__ = ["Level", "run_transport_benchmarks"]
+__all__ = ["Level", "run_transport_benchmarks", "sustained"]
 
 SECRET = "benchmark-secret-that-is-long-enough-for-hs256"
 TENANT = "tenant_bench"
 CHILD_LIFETIME_S = 600.0
 LATENCY_BOUND_S = 0.020
+FRAME_S = ovp.FRAME_MS / 1000
 EVENT_EVERY = 25
 TRANSCRIPT_EVERY = 10
 STAMP = struct.Struct("<d")
@@ -99,8 +102,11 @@ async def _serve_echo() -> None:
 # -- the load ----------------------------------------------------------------------------------
 
 
-async def _call(base: str, server: str, index: int, frames: int, latencies: list[float]) -> int:
-    """One call: stream ``frames`` frames in real time; return how many came back."""
+async def _call(
+    base: str, server: str, index: int, frames: int, latencies: list[float], pacer: Pacer | None
+) -> int:
+    """One call: stream ``frames`` frames in real time (on its own sleeps, or on the shared
+    ``pacer``); return how many came back."""
     session_id = f"ovps_bench_{index}_{time.monotonic_ns()}"  # an ended session's id stays taken
     if server == "ovp":
         token = mint_token(SECRET, session_id=session_id, tenant_id=TENANT)
@@ -124,9 +130,14 @@ async def _call(base: str, server: str, index: int, frames: int, latencies: list
 
     listener = asyncio.create_task(listen())
     began = time.perf_counter()
+    first = last_tick = await pacer.tick() if pacer is not None else 0
     seq = 0
     for n in range(frames):
-        await asyncio.sleep(began + n * ovp.FRAME_MS / 1000 - time.perf_counter())
+        if pacer is None:
+            await asyncio.sleep(began + n * FRAME_S - time.perf_counter())
+        else:
+            while first + n > last_tick:  # frame n goes at tick first + n (at once when behind)
+                last_tick = await pacer.tick()
         header = HEADER.pack(1, 0, 0, n, n * 320)
         await ws.send(
             header + STAMP.pack(time.perf_counter()).ljust(ovp.PCM_BYTES_PER_FRAME, b"\0")
@@ -147,17 +158,20 @@ async def _call(base: str, server: str, index: int, frames: int, latencies: list
     return back
 
 
-async def _level(base: str, server: str, calls: int, seconds: float) -> Level:
-    frames = int(seconds * 1000 / ovp.FRAME_MS)
+async def _level(base: str, server: str, calls: int, seconds: float, shared_pacer: bool) -> Level:
+    frames = int(seconds / FRAME_S)
     latencies: list[float] = []
-    backs = await asyncio.gather(*(_call(base, server, i, frames, latencies) for i in range(calls)))
+    pacer = Pacer(FRAME_S) if shared_pacer else None
+    backs = await asyncio.gather(
+        *(_call(base, server, i, frames, latencies, pacer) for i in range(calls))
+    )
     latencies.sort()
     p99 = latencies[int(len(latencies) * 0.99)] if latencies else float("inf")
     p50 = statistics.median(latencies) if latencies else float("inf")
     return Level(server, calls, calls * frames, sum(backs), p50 * 1000, p99 * 1000)
 
 
-def _ramp(server: str, levels: list[int], seconds: float) -> list[Level]:
+def _ramp(server: str, levels: list[int], seconds: float, shared_pacer: bool) -> list[Level]:
     child = subprocess.Popen(
         [sys.executable, "-m", "benchmarks.transport", server], stdout=subprocess.PIPE, text=True
     )
@@ -166,7 +180,7 @@ def _ramp(server: str, levels: list[int], seconds: float) -> list[Level]:
         base = f"ws://127.0.0.1:{int(child.stdout.readline())}"
         measured = []
         for calls in levels:
-            level = asyncio.run(_level(base, server, calls, seconds))
+            level = run(_level(base, server, calls, seconds, shared_pacer))
             measured.append(level)
             if not level.sustained:
                 break
@@ -176,9 +190,13 @@ def _ramp(server: str, levels: list[int], seconds: float) -> list[Level]:
         child.wait()
 
 
-def run_transport_benchmarks(levels: list[int], seconds: float) -> dict[str, list[Level]]:
-    """The ramp of each server: the voxwire OVP gateway, then the bare websockets echo."""
-    return {server: _ramp(server, levels, seconds) for server in ("ovp", "echo")}
+def run_transport_benchmarks(
+    levels: list[int], seconds: float, *, shared_pacer: bool = False
+) -> dict[str, list[Level]]:
+    """The ramp of each server: the voxwire OVP gateway, then the bare websockets echo. The load
+    generator paces each call on its own sleeps, or all of them on one shared
+    :class:`~voxwire.link.pacer.Pacer`."""
+    return {server: _ramp(server, levels, seconds, shared_pacer) for server in ("ovp", "echo")}
 
 
 def sustained(ramp: list[Level]) -> int:
@@ -187,4 +205,4 @@ def sustained(ramp: list[Level]) -> int:
 
 
 if __name__ == "__main__":
-    asyncio.run({"ovp": _serve_ovp, "echo": _serve_echo}[sys.argv[1]]())
+    run({"ovp": _serve_ovp, "echo": _serve_echo}[sys.argv[1]]())

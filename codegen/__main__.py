@@ -1,10 +1,13 @@
-"""``python -m codegen generate | check | validate``: the spec to the package and its docs."""
+"""``python -m codegen generate | check | validate | breaking``: the spec to the package and its
+docs, and what a spec change breaks."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
+from codegen.breaking import report
 from codegen.loader import SpecError
 from codegen.pipeline import check, generate, load_protocols
 from codegen.render import RenderError
@@ -24,8 +27,27 @@ def main(argv: list[str] | None = None) -> int:
         "check", help="exit 1 and show a diff when generated files differ from the spec"
     )
     commands.add_parser("validate", help="check the spec files only; list every problem")
+    breaking = commands.add_parser(
+        "breaking",
+        help="exit 1 when the specs break peers or users of an older version (docs/evolution.md)",
+    )
+    breaking.add_argument(
+        "--against",
+        required=True,
+        metavar="REF",
+        help="the older specs: a git ref (v0.1.0, main~3), a spec file or a folder of them",
+    )
+    breaking.add_argument("--format", choices=("text", "json"), default="text")
     args = parser.parse_args(argv)
     try:
+        if args.command == "breaking":
+            found = report(args.against)
+            if args.format == "json":
+                print(json.dumps(found.to_json(), indent=2))
+            else:
+                for line in found.lines():
+                    print(line)
+            return 1 if found.failing else 0
         if args.command == "validate":
             protocols = load_protocols()
             for p in protocols:

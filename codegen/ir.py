@@ -18,6 +18,7 @@ from codegen.loader import PathT, Problem, RawSpec, SpecError
 
 __all__ = [
     "JSON_SAFE_INTEGER",
+    "Acceptance",
     "Bound",
     "CloseCode",
     "Constant",
@@ -50,6 +51,15 @@ _FRAME_SIZES = {"u8": 1, "u16": 2, "u32": 4, "u64": 8}
 
 
 @dataclass(frozen=True)
+class Acceptance:
+    """A finding of ``python -m codegen breaking`` that a decision accepts (None: any)."""
+
+    rule: str
+    message: str | None
+    field: str | None
+
+
+@dataclass(frozen=True)
 class Decision:
     id: str
     quote: str
@@ -57,6 +67,8 @@ class Decision:
     decision: str
     subject: str
     """What it is about, for the docs: ``message say, field text``."""
+    accepts: tuple[Acceptance, ...] = ()
+    """The breaking changes it records as accepted (docs/evolution.md)."""
 
 
 @dataclass(frozen=True)
@@ -121,6 +133,8 @@ class ErrorCode:
     """``protocol`` or ``application`` when only that side raises it."""
     end_reason: tuple[Enum, EnumValue] | None
     """The end reason of the session the error ends, if it names one."""
+    close_code: CloseCode | None
+    """The close code that follows the error at once (a refusal), if one."""
     source: str | None
     decisions: tuple[Decision, ...]
 
@@ -170,6 +184,8 @@ class Field:
     not_blank: bool
     unique_by: str | None
     code: str | None
+    stamped: bool
+    """The sending end's core fills it: a typed send does not take it."""
     description: str
     source: str | None
     decisions: tuple[Decision, ...]
@@ -224,6 +240,8 @@ class Message:
     decisions: tuple[Decision, ...]
     base: FieldSet | None
     """The one field set the message's shared fields come from (its base class), if one."""
+    stamped: bool
+    """The sending end's core builds and sends it whole: no typed send method."""
 
     @property
     def own_fields(self) -> tuple[Field, ...]:
@@ -245,6 +263,8 @@ class FieldSet:
 @dataclass(frozen=True)
 class Sender:
     id: str
+    role: str
+    """The runtime role that is this end (``engine``, ``gateway``): the typed API's name."""
     title: str
     description: str
     union_name: str
@@ -449,6 +469,7 @@ class _Resolver:
         senders = tuple(
             Sender(
                 id=s["id"],
+                role=s.get("role", s["id"]),
                 title=s["title"],
                 description=s["description"],
                 union_name=names.sender_union(s["id"]),
@@ -468,16 +489,16 @@ class _Resolver:
             fs.class_name: ("field_sets", fs.name) for fs in self.field_sets.values()
         }
         unions = self._unions(senders, messages, enums, taken)
-        errors = tuple(
-            self._error_facts(e, raw_error, ("errors", i), messages)
-            for i, (e, raw_error) in enumerate(zip(errors, data["errors"], strict=True))
-        )
         close_codes = tuple(
             self._close_code(c, ("close_codes", i))
             for i, c in enumerate(data.get("close_codes", []))
         )
         self._unique([c.name for c in close_codes], ("close_codes",), "close code", "name")
         self._unique([str(c.code) for c in close_codes], ("close_codes",), "close code", "code")
+        errors = tuple(
+            self._error_facts(e, raw_error, ("errors", i), messages, close_codes)
+            for i, (e, raw_error) in enumerate(zip(errors, data["errors"], strict=True))
+        )
         frames = tuple(self._frame(f, ("frames", i)) for i, f in enumerate(data.get("frames", [])))
         transport = dict(data.get("transport", {}))
         transport_decisions = self._decisions(transport, ("transport",), "transport")
@@ -562,8 +583,12 @@ class _Resolver:
             if d["id"] in self.decision_lines:
                 continue  # a duplicate, reported by run() in file order
             self.decision_lines[d["id"]] = self.raw.line(where)
+            accepts = tuple(
+                Acceptance(a["rule"], a.get("message"), a.get("field"))
+                for a in d.get("accepts", [])
+            )
             decision = Decision(
-                d["id"], d["quote"].strip(), d["source"], d["decision"].strip(), subject
+                d["id"], d["quote"].strip(), d["source"], d["decision"].strip(), subject, accepts
             )
             self.decisions.append(decision)
             out.append(decision)
@@ -605,19 +630,31 @@ class _Resolver:
             carried_by=tuple(e.get("carried_by", ())),
             raised_by=e.get("raised_by"),
             end_reason=None,
+            close_code=None,
             source=e.get("source"),
             decisions=self._decisions(e, path, f"error code {e['code']}"),
         )
 
     def _error_facts(
-        self, error: ErrorCode, e: dict[str, Any], path: PathT, messages: tuple[Message, ...]
+        self,
+        error: ErrorCode,
+        e: dict[str, Any],
+        path: PathT,
+        messages: tuple[Message, ...],
+        close_codes: tuple[CloseCode, ...],
     ) -> ErrorCode:
-        """``error`` with its carriers checked and its end reason resolved (after the messages
-        and enums it names)."""
+        """``error`` with its carriers checked and its close code and end reason resolved
+        (after the messages, close codes and enums they name)."""
         types = {m.type for m in messages}
         for i, carrier in enumerate(error.carried_by):
             if carrier != "http" and carrier not in types:
                 self.fail((*path, "carried_by", i), f"unknown message type {carrier!r}")
+        if "close_code" in e:
+            close = next((c for c in close_codes if c.name == e["close_code"]), None)
+            if close is None:
+                self.fail((*path, "close_code"), f"unknown close code {e['close_code']!r}")
+            else:
+                error = dataclasses.replace(error, close_code=close)
         spelled = e.get("end_reason")
         if spelled is None:
             return error
@@ -864,6 +901,7 @@ class _Resolver:
             not_blank=bool(f.get("not_blank")),
             unique_by=unique_by,
             code=f.get("code"),
+            stamped=f.get("stamped", False),
             description=f["description"].strip(),
             source=f.get("source"),
             decisions=self._decisions(f, path, f"{owner}, field {f['name']}"),
@@ -1008,6 +1046,7 @@ class _Resolver:
         base = self.field_sets.get(sets[0]) if len(set(sets)) == 1 else None
         return Message(
             base=base,
+            stamped=m.get("stamped", False),
             type=m["type"],
             class_name=m.get("name") or names.class_name(m["type"]),
             senders=tuple(m["senders"]),

@@ -76,8 +76,9 @@ def format_path(path: PathT) -> str:
     return out
 
 
-def load(path: Path, display: str | None = None) -> RawSpec:
-    """Read and schema-check one spec file; raise :class:`SpecError` with every problem."""
+def load(path: Path, display: str | None = None, schema: Path = FORMAT_SCHEMA) -> RawSpec:
+    """Read and check one spec file against ``schema`` (the spec format's, unless another one's,
+    such as the flows'); raise :class:`SpecError` with every problem."""
     shown = display or str(path)
     try:
         blob = path.read_bytes()
@@ -109,7 +110,7 @@ def load(path: Path, display: str | None = None) -> RawSpec:
     if not isinstance(data, dict):
         raise SpecError([Problem(shown, 1, "", "the spec must be a YAML mapping")])
     raw = RawSpec(path, shown, data, hashlib.sha256(blob).hexdigest(), lines)
-    for error in _validator().iter_errors(data):
+    for error in _validator(schema).iter_errors(data):
         location: PathT = tuple(error.absolute_path)
         if error.validator == "additionalProperties" and error.validator_value is False:
             # One problem per unknown key, on the key's own line.
@@ -125,8 +126,8 @@ def load(path: Path, display: str | None = None) -> RawSpec:
 
 
 @cache
-def _validator() -> jsonschema.Draft202012Validator:
-    schema = json.loads(FORMAT_SCHEMA.read_text(encoding="utf-8"))
+def _validator(path: Path) -> jsonschema.Draft202012Validator:
+    schema = json.loads(path.read_text(encoding="utf-8"))
     jsonschema.Draft202012Validator.check_schema(schema)
     return jsonschema.Draft202012Validator(schema)
 

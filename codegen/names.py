@@ -1,4 +1,10 @@
-"""Every Python name the generated code uses is decided here, and nowhere else."""
+"""Every Python name the generated code uses is decided here, and nowhere else.
+
+Derived names are functions of the spec's names; fixed ones are constants. The renderer and the
+Python view (render.py, pymodel.py) take them from here, and templates print them from here
+(the Jinja global ``names``) or from a view built here; tests/test_codegen.py checks that no other
+codegen module or template spells one.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +12,30 @@ import keyword
 import re
 
 __all__ = [
+    "CLOSE_AFTER",
     "CLOSE_CODE",
+    "DECODE",
+    "DECODER",
+    "ENCODE",
     "END_REASONS",
+    "ERROR_CODE",
+    "ERROR_DESCRIPTIONS",
+    "JSON_SAFE_INTEGER",
+    "MESSAGE_BASE",
+    "MESSAGE_TYPES",
+    "OBJECT_BASE",
+    "ON",
+    "ON_HOOK",
+    "PROTOCOL_ERROR",
+    "PROTOCOL_TITLE",
+    "PROTOCOL_VERSION",
+    "RECOVERABLE",
+    "RULES",
+    "SENDER",
+    "SEND_HOOK",
+    "SENT",
+    "SPEC_SHA256",
+    "UNKNOWN_MESSAGE",
     "attribute",
     "carried_by",
     "check_function",
@@ -18,13 +46,21 @@ __all__ = [
     "enum_union",
     "enum_values",
     "envelope",
+    "expected_argument",
     "field_set_class",
     "field_set_union",
     "flag",
+    "frame_functions",
     "frame_header",
     "frame_size",
+    "item_variable",
     "module_path",
+    "plaintext_hosts",
     "raised_by",
+    "role_receives",
+    "role_sends",
+    "rule",
+    "send_method",
     "sender_union",
     "union_types",
 ]
@@ -80,6 +116,9 @@ def union_types(union: str) -> str:
 CLOSE_CODE = "CloseCode"
 """The IntEnum of a protocol's WebSocket close codes."""
 
+CLOSE_AFTER = "CLOSE_AFTER"
+"""The mapping from an error code to the close code that follows the error at once."""
+
 END_REASONS = "END_REASONS"
 """The mapping from an error code to the end reason of the session it ends."""
 
@@ -92,6 +131,34 @@ def carried_by(carrier: str) -> str:
 def raised_by(origin: str) -> str:
     """``protocol`` -> ``RAISED_BY_PROTOCOL``: the codes only that side raises."""
     return f"RAISED_BY_{origin.upper()}"
+
+
+def role_sends(role: str) -> str:
+    """``client`` -> ``ClientSends``: a typed send method per message the role sends."""
+    return class_name(role) + "Sends"
+
+
+def role_receives(role: str) -> str:
+    """``client`` -> ``ClientReceives``: the typed ``on()`` of what the role receives."""
+    return class_name(role) + "Receives"
+
+
+def send_method(wire_type: str) -> str:
+    """``agent.input`` -> ``send_agent_input``: a role's typed send of one message."""
+    return "send_" + "_".join(_WORD.findall(wire_type)).lower()
+
+
+SEND_HOOK = "_send"
+"""The hook every typed send calls: ``_send(kind, fields)``, the adapter's one send path."""
+
+ON_HOOK = "_on"
+"""The hook the typed ``on()`` calls once the type is checked: ``_on(message_type, handler)``."""
+
+ON = "on"
+"""The typed handler registration of a role."""
+
+SENT = "Sent"
+"""The type variable of what a role's send hook returns (None, an awaitable, a result)."""
 
 
 def sender_union(sender_id: str) -> str:
@@ -132,6 +199,96 @@ def frame_header(frame_name: str) -> str:
 def flag(flag_name: str) -> str:
     """``last_of_utterance`` -> ``FLAG_LAST_OF_UTTERANCE``: the mask of a named bit."""
     return f"FLAG_{flag_name.upper()}"
+
+
+# -- fixed names of the generated modules --------------------------------------------------
+
+MESSAGE_BASE = "Message"
+"""messages.py: the base class of every message (tagged by ``type``)."""
+
+OBJECT_BASE = "Object"
+"""messages.py: the base class of the nested objects messages carry."""
+
+MESSAGE_TYPES = "MESSAGE_TYPES"
+"""messages.py: every message class by its wire type."""
+
+ERROR_CODE = "ErrorCode"
+"""errors.py: the StrEnum of the protocol's error codes."""
+
+PROTOCOL_ERROR = "ProtocolError"
+"""errors.py: the exception that carries an error code."""
+
+ERROR_DESCRIPTIONS = "ERROR_DESCRIPTIONS"
+"""errors.py: what each code means, as the spec says it."""
+
+RECOVERABLE = "RECOVERABLE"
+"""errors.py: whether the link stays open after an error with that code."""
+
+# codec.py: its functions, and the Literal type of a sender's id.
+DECODE = "decode"
+DECODER = "decoder"
+ENCODE = "encode"
+SENDER = "Sender"
+
+# _api.py: what the package says about the spec it was generated from.
+SPEC_SHA256 = "SPEC_SHA256"
+PROTOCOL_TITLE = "PROTOCOL_TITLE"
+PROTOCOL_VERSION = "PROTOCOL_VERSION"
+
+# -- names the runtime defines and the generated code uses -------------------------------------
+
+UNKNOWN_MESSAGE = "UnknownMessage"
+"""``voxwire._codec``: what a type nobody sends decodes to."""
+
+JSON_SAFE_INTEGER = "JSON_SAFE_INTEGER"
+"""``voxwire._rules``: the bound of an integer the spec gives no range."""
+
+RULES = frozenset(
+    {
+        "at_least_one_of",
+        "at_most_one_of",
+        "exactly_one_of",
+        "max_bytes",
+        "min_bytes",
+        "min_fields",
+        "not_blank",
+        "requires",
+        "unique",
+    }
+)
+"""``voxwire._rules``: the value rules the generated checks call."""
+
+
+def rule(function: str) -> str:
+    """A value rule's function, refused when ``voxwire._rules`` has no such rule."""
+    if function not in RULES:
+        raise ValueError(f"voxwire._rules has no rule {function!r}")
+    return function
+
+
+# -- derived names, continued ------------------------------------------------------------------
+
+
+def plaintext_hosts(key: str) -> str:
+    """``ipv4`` -> ``PLAINTEXT_IPV4``, ``names`` -> ``PLAINTEXT_HOST_NAMES``: the host rule."""
+    return "PLAINTEXT_HOST_NAMES" if key == "names" else f"PLAINTEXT_{key.upper()}"
+
+
+def frame_functions(frame_name: str, only: bool) -> tuple[str, str]:
+    """The decode and encode function of a frame: ``decode_frame`` when it is the protocol's
+    only one, else ``decode_audio_frame``."""
+    snake = "frame" if only else _snake(frame_name)
+    return f"decode_{snake}", f"encode_{snake}"
+
+
+def expected_argument(field: str) -> str:
+    """``direction`` -> ``expected_direction``: a frame decoder's keyword for a field's value."""
+    return f"expected_{field}"
+
+
+def item_variable(attribute_name: str) -> str:
+    """``tools`` -> ``tools_item``: the loop variable of a check over an array or map."""
+    return f"{attribute_name.rstrip('_')}_item"
 
 
 def module_path(protocol_id: str, module: str) -> str:

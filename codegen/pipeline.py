@@ -6,15 +6,24 @@ import difflib
 from dataclasses import dataclass
 from pathlib import Path
 
+from codegen.asyncapi import asyncapi_outputs
+from codegen.diagrams import load_flows
 from codegen.examples import check_examples
 from codegen.ir import Protocol, resolve
 from codegen.loader import Problem, SpecError, load
-from codegen.render import ROOT, Output, render
+from codegen.reference import diagram_pages
+from codegen.render import ROOT, Output, package_stub, render
+from codegen.typescript import render_package
 
 __all__ = ["SPEC_DIR", "Drift", "check", "generate", "load_protocols", "outputs"]
 
 SPEC_DIR = ROOT / "spec"
-GENERATED_ROOTS = ("generated/voxwire", "docs/reference")
+GENERATED_ROOTS = (
+    "generated/voxwire",
+    "generated/typescript",
+    "generated/asyncapi",
+    "docs/reference",
+)
 """Folders every file of which is generated: a file there that the spec does not produce is an
 orphan."""
 
@@ -36,6 +45,10 @@ def load_protocols(root: Path = ROOT) -> list[Protocol]:
             problems += exc.problems
             continue
         problems += check_examples(protocol, raw)
+        try:
+            load_flows(protocol, root)
+        except SpecError as exc:
+            problems += exc.problems
         protocols.append(protocol)
     if problems:
         raise SpecError(problems)
@@ -44,7 +57,16 @@ def load_protocols(root: Path = ROOT) -> list[Protocol]:
 
 def outputs(root: Path = ROOT) -> list[Output]:
     """Everything the specs produce, in a stable order."""
-    return [o for protocol in load_protocols(root) for o in render(protocol)]
+    found = []
+    protocols = load_protocols(root)
+    for protocol in protocols:
+        found += render(protocol)
+        found += asyncapi_outputs(protocol)
+        pages = diagram_pages(protocol, load_flows(protocol, root))
+        found += [Output(path, text) for path, text in pages]
+    found.append(package_stub())
+    found += [Output(f.path, f.text) for f in render_package(protocols)]
+    return sorted(found, key=lambda o: o.path)
 
 
 def generate(root: Path = ROOT) -> list[str]:

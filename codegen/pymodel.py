@@ -8,6 +8,7 @@ generated check) is made here.
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -82,6 +83,8 @@ class PyCheck:
     doc: list[str]
     body: list[str]
     """Indented lines of the function body."""
+    rules: list[str]
+    """The value rules of ``voxwire._rules`` the body calls."""
 
 
 @dataclass(frozen=True)
@@ -193,9 +196,9 @@ def _bound(bound: Bound) -> str:
     if bound.constant is not None:
         return bound.constant.py_name
     if bound.value == JSON_SAFE_INTEGER:
-        return "JSON_SAFE_INTEGER"
+        return names.JSON_SAFE_INTEGER
     if bound.value == -JSON_SAFE_INTEGER:
-        return "-JSON_SAFE_INTEGER"
+        return "-" + names.JSON_SAFE_INTEGER
     return repr(bound.value)
 
 
@@ -213,6 +216,8 @@ class _Builder:
             **{m.class_name: (m.fields, m.rules) for m in protocol.messages},
         }
         self._checked: dict[str, bool] = {}
+        self._rules_called: set[str] = set()
+        """The value rules the check being built calls."""
 
     # -- classes ------------------------------------------------------------------------------
 
@@ -220,18 +225,25 @@ class _Builder:
         enums = [self._enum(e) for e in self.p.enums]
         structs = [
             self._class(
-                s.name, "Struct", None, docstring(s.description), s.fields, s.reject_unknown_fields
+                s.name,
+                names.OBJECT_BASE,
+                None,
+                docstring(s.description),
+                s.fields,
+                s.reject_unknown_fields,
             )
             for s in self.p.structs
         ]
         structs += [
-            self._class(fs.class_name, "Struct", None, self._field_set_doc(fs), fs.fields, False)
+            self._class(
+                fs.class_name, names.OBJECT_BASE, None, self._field_set_doc(fs), fs.fields, False
+            )
             for fs in self.p.field_sets
         ]
         structs += [  # a sender that includes several field sets: a class of them all
             self._class(
                 s.envelope_name,
-                "Struct",
+                names.OBJECT_BASE,
                 None,
                 docstring(f"The fields every message the {s.id} sends carries."),
                 s.envelope,
@@ -243,7 +255,9 @@ class _Builder:
         messages = [
             self._class(
                 m.class_name,
-                f"{m.base.class_name}, Message" if m.base is not None else "Message",
+                f"{m.base.class_name}, {names.MESSAGE_BASE}"
+                if m.base is not None
+                else names.MESSAGE_BASE,
                 m.type,
                 docstring(m.summary, m.description, f"Sent by: {', '.join(m.senders)}."),
                 m.own_fields,
@@ -287,7 +301,7 @@ class _Builder:
         return docstring(
             f"{who} (the ``{fs.name}`` field set).",
             "A message of a type this version does not know must still carry them: decoding "
-            "checks them before it returns an ``UnknownMessage``."
+            f"checks them before it returns an ``{names.UNKNOWN_MESSAGE}``."
             if unknown
             else "",
         )
@@ -445,7 +459,7 @@ class _Builder:
         return own
 
     def _code(self, code: str | None, default: str) -> str:
-        return "ErrorCode." + self.error_codes[code or self.p.decode_errors[default]]
+        return f"{names.ERROR_CODE}." + self.error_codes[code or self.p.decode_errors[default]]
 
     def _check(
         self,
@@ -457,6 +471,7 @@ class _Builder:
     ) -> PyCheck | None:
         if not self._needs(name):
             return None
+        self._rules_called = set()
         body: list[str] = []
         if base is not None and self._needs(base.class_name):
             body.append(f"{names.check_function(base.class_name)}(value, path, message_type)")
@@ -471,11 +486,18 @@ class _Builder:
             message_type=message_type,
             doc=docstring(f"Check the rules of {what} that its typed decoding cannot carry."),
             body=body,
+            rules=sorted(self._rules_called),
         )
+
+    def _rule(self, function: str) -> str:
+        """A value rule's function name, recorded for the check's imports."""
+        self._rules_called.add(names.rule(function))
+        return function
 
     def _raise(self, code: str, where: str, problem: str = "problem") -> str:
         path = f'f"{{path}}{where}"'
-        return f"raise ProtocolError({code}, {problem}, path={path}, message_type=message_type)"
+        error = names.PROTOCOL_ERROR
+        return f"raise {error}({code}, {problem}, path={path}, message_type=message_type)"
 
     def _chain(self, conditions: list[str], calls: list[str], code: str, where: str) -> list[str]:
         """``if <conditions> and (problem := a or b) is not None: raise ...``"""
@@ -498,11 +520,11 @@ class _Builder:
             if f.unique_by is not None:
                 keys = "item" if f.unique_by == "value" else f"item.{names.attribute(f.unique_by)}"
                 lines += self._chain(
-                    guard, [f"unique([{keys} for item in {value}])"], invalid, where
+                    guard, [f"{self._rule('unique')}([{keys} for item in {value}])"], invalid, where
                 )
             item_where = f"{where}[{{index}}]" if ref.kind == "array" else f"{where}.{{index}}"
             iterate = f"enumerate({value})" if ref.kind == "array" else f"{value}.items()"
-            item = f"{f.py_name.rstrip('_')}_item"  # one name per loop: each has its own type
+            item = names.item_variable(f.py_name)  # one name per loop: each has its own type
             body = self._value_lines(f, item, item_where, invalid)
             if body:
                 loop = [f"for index, {item} in {iterate}:", *("    " + line for line in body)]
@@ -523,11 +545,11 @@ class _Builder:
         element = f.type.element
         if element.kind == "string" and not f.has_const:
             if f.not_blank:
-                calls.append(f"not_blank({value})")
+                calls.append(f"{self._rule('not_blank')}({value})")
             if f.min_bytes is not None:
-                calls.append(f"min_bytes({value}, {_bound(f.min_bytes)})")
+                calls.append(f"{self._rule('min_bytes')}({value}, {_bound(f.min_bytes)})")
             if f.max_bytes is not None:
-                calls.append(f"max_bytes({value}, {_bound(f.max_bytes)})")
+                calls.append(f"{self._rule('max_bytes')}({value}, {_bound(f.max_bytes)})")
         if calls:
             return self._chain([], calls, invalid, where)
         if element.kind == "struct" and element.struct is not None and self._needs(element.struct):
@@ -549,22 +571,25 @@ class _Builder:
                     for f in candidates
                 )
                 names_tuple = ", ".join(f'"{f.wire_name}"' for f in candidates)
-                call = {
-                    "at_most_one_of": f"at_most_one_of(({present},))",
-                    "exactly_one_of": f"exactly_one_of(({present},), ({names_tuple},))",
-                    "at_least_one_of": f"at_least_one_of(({present},), ({names_tuple},))",
-                    "min_fields": f"min_fields(({present},), {r.count})",
+                arguments = {
+                    "at_most_one_of": f"({present},)",
+                    "exactly_one_of": f"({present},), ({names_tuple},)",
+                    "at_least_one_of": f"({present},), ({names_tuple},)",
+                    "min_fields": f"({present},), {r.count}",
                 }[r.kind]
+                call = f"{self._rule(r.kind)}({arguments})"
             else:
                 assert r.field is not None and r.other is not None
                 f, other = r.field, r.other
                 is_set = f"value.{f.py_name} not in (UNSET, None, False)"
                 pair = f'("{f.wire_name}", "{other.wire_name}")'
-                call = f"requires({is_set}, value.{other.py_name}, {r.equals!r}, {pair})"
+                arguments = f"{is_set}, value.{other.py_name}, {r.equals!r}, {pair}"
+                call = f"{self._rule('requires')}({arguments})"
             lines.append(f"if (problem := {call}) is not None:")
             detail = f'f"{{problem}}: {_escape(r.description)}"'
             lines.append(
-                f"    raise ProtocolError({code}, {detail}, path=path, message_type=message_type)"
+                f"    raise {names.PROTOCOL_ERROR}({code}, {detail}, path=path, "
+                "message_type=message_type)"
             )
         return lines
 
@@ -622,7 +647,7 @@ class PyFrame:
 
 
 def _frame_raise(code: str, detail: str, field: str) -> str:
-    return f'    raise ProtocolError({code}, {detail}, path="{field}")'
+    return f'    raise {names.PROTOCOL_ERROR}({code}, {detail}, path="{field}")'
 
 
 _STRUCT_CODES = {"u8": "B", "u16": "H", "u32": "I", "u64": "Q"}
@@ -634,7 +659,7 @@ def build_frames(protocol: Protocol) -> list[PyFrame]:
     frames = []
     for frame in protocol.frames:
         order = "<" if frame.byte_order == "little" else ">"
-        code = "ErrorCode." + error_names[frame.error]
+        code = f"{names.ERROR_CODE}." + error_names[frame.error]
         lines: list[str] = []
         header = []
         defaults = {}
@@ -682,3 +707,190 @@ def build_frames(protocol: Protocol) -> list[PyFrame]:
             )
         )
     return frames
+
+
+@dataclass(frozen=True)
+class PySend:
+    """One typed send method of a role."""
+
+    method: str
+    class_name: str
+    params: list[tuple[str, str, str | None]]
+    """(keyword, annotation, default literal or ``None`` when required) of each argument."""
+    doc: list[str]
+
+
+@dataclass(frozen=True)
+class PyRole:
+    """The typed API of one role: what it sends (one method each) and what its ``on()`` takes."""
+
+    role: str
+    sends_class: str
+    receives_class: str
+    sent_union: str
+    """The union of what the role sends (the send hook's ``kind``)."""
+    sent_types: str
+    received_types: str
+    sends: list[PySend]
+    receives: list[tuple[str, str]]
+    """(wire type, class) of each message the other end sends."""
+    envelope: list[str]
+    """The wire names of the fields the core fills on every message the role sends."""
+    sends_doc: list[str]
+    receives_doc: list[str]
+
+
+@dataclass(frozen=True)
+class PyRoles:
+    roles: list[PyRole]
+    type_imports: list[str]
+    """The message module's names the signatures use."""
+    uses_unset: bool
+    uses_any_value: bool
+    uses_datetime: bool
+
+
+def build_roles(protocol: Protocol) -> PyRoles:
+    """The typed API of both ends of ``protocol``: each sender is a role, the other its peer."""
+    if len(protocol.senders) != 2:
+        raise ValueError(f"{protocol.id}: a typed API needs exactly two senders")
+    used: set[str] = set()
+    annotations: list[str] = []
+    roles = []
+    for own, peer in (protocol.senders, protocol.senders[::-1]):
+        envelope = {f.wire_name for f in own.envelope}
+        sends = []
+        for m in own.messages:
+            if m.stamped:
+                continue
+            params = []
+            for f in m.fields:
+                if f.wire_name in envelope or f.stamped:
+                    continue
+                annotation, default = _param(f, used)
+                annotations.append(annotation)
+                params.append((f.py_name, annotation, default))
+            sends.append(
+                PySend(
+                    method=names.send_method(m.type),
+                    class_name=m.class_name,
+                    params=params,
+                    doc=docstring(
+                        m.summary,
+                        f"Sends ``{m.type}`` (:class:`{m.class_name}`); the arguments are its "
+                        "fields.",
+                    ),
+                )
+            )
+            used.add(m.class_name)
+        receives = [(m.type, m.class_name) for m in peer.messages]
+        used.update(name for _, name in receives)
+        filled = [f.wire_name for f in own.envelope]
+        stamped = sorted(
+            {
+                f"{m.type}.{f.wire_name}"
+                for m in own.messages
+                if not m.stamped
+                for f in m.fields
+                if f.stamped
+            }
+        )
+        core_sends = [m.type for m in own.messages if m.stamped]
+        notes = []
+        if filled:
+            notes.append(f"The core fills the envelope ({', '.join(filled)}) of every message.")
+        if stamped:
+            notes.append(f"It fills these fields too: {', '.join(stamped)}.")
+        if core_sends:
+            notes.append(f"It sends {', '.join(core_sends)} itself: no method here.")
+        sends_doc = docstring(
+            f"A typed send method for each message the {own.role} sends ({own.title}).",
+            f"Each calls ``{names.SEND_HOOK}(kind, fields)``, which the adapter implements: its "
+            "one send path, given the message class and the arguments that were passed (an "
+            f"argument left ``UNSET`` is absent). {' '.join(notes)}",
+        )
+        receives_doc = docstring(
+            f"The typed ``{names.ON}()`` of the {own.role}: a handler for each message type the "
+            f"{peer.role} sends, called with that message.",
+            f"A type the {peer.role} does not send (unknown, or one only the {own.role} sends) "
+            f"raises ``ValueError`` at once; a known one goes to ``{names.ON_HOOK}(message_type, "
+            "handler)``, which the adapter implements.",
+        )
+        roles.append(
+            PyRole(
+                role=own.role,
+                sends_class=names.role_sends(own.role),
+                receives_class=names.role_receives(own.role),
+                sent_union=own.union_name,
+                sent_types=names.union_types(own.union_name),
+                received_types=names.union_types(peer.union_name),
+                sends=sends,
+                receives=receives,
+                envelope=filled,
+                sends_doc=sends_doc,
+                receives_doc=receives_doc,
+            )
+        )
+        used.update({own.union_name, names.union_types(own.union_name)})
+        used.add(names.union_types(peer.union_name))
+    text = " ".join(annotations)
+    return PyRoles(
+        roles=roles,
+        type_imports=sorted(used),
+        uses_unset="UNSET" in text or "UnsetType" in text,
+        uses_any_value=re.search(r"\bAny\b", text) is not None,
+        uses_datetime=re.search(r"\bdatetime\b", text) is not None,
+    )
+
+
+def _param(f: Field, used: set[str]) -> tuple[str, str | None]:
+    """The annotation and default of ``f`` as a keyword argument of a typed send.
+
+    The annotation is the plain type (the message's constraints are checked when it is
+    encoded); a list or object default, which a signature cannot share, is ``UNSET`` (absent).
+    """
+    annotation = _plain(f.type, f, used)
+    default: str | None = None
+    if f.has_default and not isinstance(f.default, list | dict):
+        enum = f.type.enum if f.type.kind == "enum" else None
+        if enum is not None and not enum.open and f.default is not None:
+            member = next(v.py_name for v in enum.values if v.value == f.default)
+            default = f"{enum.name}.{member}"
+        elif f.default is None:
+            default = "None"
+        else:
+            default = _default_literal(f)
+    elif not f.required:
+        annotation += " | UnsetType"
+        default = "UNSET"
+    if f.nullable:
+        annotation += " | None"
+    return annotation, default
+
+
+def _plain(ref: TypeRef, f: Field, used: set[str]) -> str:
+    if f.has_const and ref is f.type:
+        return f"Literal[{f.const!r}]"
+    if ref.kind in ("array", "map"):
+        assert ref.item is not None
+        inner = _plain(ref.item, f, used)
+        return f"list[{inner}]" if ref.kind == "array" else f"dict[str, {inner}]"
+    if ref.kind == "enum":
+        assert ref.enum is not None
+        if ref.enum.open:
+            return "str"
+        used.add(ref.enum.name)
+        return ref.enum.name
+    if ref.kind == "struct":
+        assert ref.struct is not None
+        used.add(ref.struct)
+        return ref.struct
+    return {
+        "string": "str",
+        "integer": "int",
+        "number": "float",
+        "boolean": "bool",
+        "datetime": "datetime",
+        "object": "dict[str, Any]",
+        "any": "Any",
+    }[ref.kind]

@@ -12,11 +12,31 @@ from typing import Any
 
 import jinja2
 
-from codegen.ir import Constant, Field, Frame, Message, Protocol, Rule, Struct, TypeRef
+from codegen.diagrams import Flows, frame_svg, sequence_svg
+from codegen.ir import (
+    Constant,
+    Field,
+    FieldSet,
+    Frame,
+    Message,
+    Protocol,
+    Rule,
+    Sender,
+    Struct,
+    TypeRef,
+)
 from codegen.pymodel import limit_phrases
 from codegen.templating import GROUP_TITLES, Proxy
 
-__all__ = ["anchor", "cell", "reference_pages"]
+__all__ = [
+    "anchor",
+    "cell",
+    "diagram_pages",
+    "direction",
+    "first_sentence",
+    "reference_pages",
+    "sender_page",
+]
 
 _TEMPLATES = jinja2.Environment(
     loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
@@ -28,6 +48,8 @@ _TEMPLATES = jinja2.Environment(
 )
 _TEMPLATES.filters["oneline"] = lambda text: " ".join(str(text).split())
 _TEMPLATES.filters["cell"] = lambda text: cell(str(text))
+# An admonition's title is a quoted string on one line: no double quotes, no line breaks.
+_TEMPLATES.filters["title_text"] = lambda text: " ".join(str(text).split()).replace('"', "'")
 
 
 def reference_pages(p: Protocol) -> list[tuple[str, str]]:
@@ -35,7 +57,45 @@ def reference_pages(p: Protocol) -> list[tuple[str, str]]:
     return [
         (f"docs/reference/{p.id}.md", _reference(p)),
         (f"docs/reference/{p.id}-decisions.md", _decisions(p)),
+        *((f"docs/reference/{sender_page(p, s)}", _sender_index(p, s)) for s in p.senders),
     ]
+
+
+def diagram_pages(p: Protocol, flows: Flows | None) -> list[tuple[str, str]]:
+    """The diagrams page of ``p`` (its flows and frame layouts), if it has anything to draw."""
+    if flows is None and not p.frames:
+        return []
+    text = _TEMPLATES.get_template("diagrams.md.j2").render(
+        header=_markdown_header(p),
+        p=p,
+        flows_file=flows.spec_file if flows else "",
+        flows=[
+            {
+                "title": f.title,
+                "anchor": anchor("flow", f.id),
+                "description": f.description,
+                "source": f.source,
+                "svg": sequence_svg(f),
+            }
+            for f in (flows.flows if flows else ())
+        ],
+        frames=[
+            {
+                "name": fr.name,
+                "anchor": anchor("layout", fr.name),
+                "reference_anchor": anchor("frame", fr.name),
+                "description": fr.description,
+                "svg": frame_svg(fr),
+            }
+            for fr in p.frames
+        ],
+    )
+    return [(f"docs/reference/{p.id}-diagrams.md", text)]
+
+
+def sender_page(p: Protocol, sender: Sender) -> str:
+    """The file name of the page listing every message ``sender`` sends."""
+    return f"{p.id}-from-{sender.id}.md"
 
 
 _CODE_SPAN = re.compile(r"`([^`]*)`")
@@ -100,19 +160,19 @@ def _limits_text(f: Field) -> str:
 
 
 def _fields_table(fields: tuple[Field, ...]) -> str:
-    rows = [
-        "| field | type | required | default | limits | description |",
-        "|---|---|---|---|---|---|",
-    ]
+    """Three columns, so the description gets the width: what the field must be opens it."""
+    rows = ["| field | type | description |", "|---|---|---|"]
     for f in fields:
-        required = "yes" if f.required else "no"
         type_text = _type_text(f.type) + (" or null" if f.nullable else "")
-        default = f"`{json.dumps(f.default)}`" if f.has_default else ""
+        must = ["Required." if f.required else "Optional."]
+        if f.has_default:
+            must.append(f"Default `{json.dumps(f.default)}`.")
+        limits = _limits_text(f)
+        if limits:
+            must.append(limits[0].upper() + limits[1:] + ".")
         name = f"`{f.wire_name}`" + (f" (`{f.py_name}`)" if f.py_name != f.wire_name else "")
         description = " ".join(f.description.split()).replace("|", "\\|")
-        rows.append(
-            f"| {name} | {type_text} | {required} | {default} | {_limits_text(f)} | {description} |"
-        )
+        rows.append(f"| {name} | {type_text} | *{' '.join(must)}* {description} |")
     return "\n".join(rows)
 
 
@@ -176,6 +236,8 @@ def _reference(p: Protocol) -> str:
         header=_markdown_header(p),
         p=Proxy(p, errors=errors),
         groups=[{"title": title, "messages": views} for title, views in groups.items()],
+        field_sets=[_field_set_view(p, fs, structs) for fs in p.field_sets],
+        sender_pages={s.id: sender_page(p, s) for s in p.senders},
         types=[
             {
                 "name": s.name,
@@ -205,15 +267,18 @@ def _transport_value(value: Any) -> str:
 
 
 def _message_view(p: Protocol, m: Message, structs: dict[str, Struct]) -> dict[str, Any]:
+    own = m.own_fields
     return {
         "type": m.type,
         "anchor": anchor(m.type),
         "class_name": m.class_name,
         "senders": m.senders,
+        "direction": direction(p, m),
         "summary": m.summary,
         "description": m.description,
         "source": m.source,
-        "fields_table": _fields_table(m.fields) if m.fields else "No fields besides `type`.",
+        "base": _field_set_link(m.base) if m.base is not None else None,
+        "fields_table": _fields_table(own) if own else None,
         "rules": [_rule_text(r) for r in m.rules],
         "errors": [
             f"[`{c}`](#{anchor('error', c)})" for c in _errors_of(p, m.fields, structs, False)
@@ -226,8 +291,60 @@ def _message_view(p: Protocol, m: Message, structs: dict[str, Struct]) -> dict[s
             }
             for ex in m.examples
         ],
-        "decisions": m.decisions + tuple(d for f in m.fields for d in f.decisions),
+        "decisions": [
+            Proxy(d, summary=first_sentence(d.decision))
+            for d in m.decisions + tuple(d for f in own for d in f.decisions)
+        ],
     }
+
+
+def direction(p: Protocol, m: Message) -> str:
+    """Who sends ``m`` to whom, as an arrow: ``agent → server``, or ``both ways``."""
+    receivers = [s.id for s in p.senders if s.id not in m.senders]
+    if not receivers:
+        return "both ways"
+    return f"{' and '.join(m.senders)} → {' and '.join(receivers)}"
+
+
+def _field_set_link(fs: FieldSet) -> str:
+    names = ", ".join(f"`{f.wire_name}`" for f in fs.fields)
+    return f"[`{fs.class_name}`](#{anchor('fields', fs.name)}) ({names})"
+
+
+def _field_set_view(p: Protocol, fs: FieldSet, structs: dict[str, Struct]) -> dict[str, Any]:
+    carried_by = [
+        f"every message of the {u}" if any(s.id == u for s in p.senders) else f"`{u}`"
+        for u in fs.users
+    ]
+    return {
+        "name": fs.name,
+        "class_name": fs.class_name,
+        "anchor": anchor("fields", fs.name),
+        "carried_by": carried_by,
+        "fields_table": _fields_table(fs.fields),
+        "decisions": [
+            Proxy(d, summary=first_sentence(d.decision)) for f in fs.fields for d in f.decisions
+        ],
+    }
+
+
+def _sender_index(p: Protocol, sender: Sender) -> str:
+    return _TEMPLATES.get_template("sender-index.md.j2").render(
+        header=_markdown_header(p),
+        p=p,
+        sender=sender,
+        receivers=[s for s in p.senders if s.id != sender.id],
+        messages=[
+            {
+                "type": m.type,
+                "link": f"{p.id}.md#{anchor(m.type)}",
+                "class_name": m.class_name,
+                "group": m.group,
+                "summary": m.summary,
+            }
+            for m in sender.messages
+        ],
+    )
 
 
 def _frame_view(p: Protocol, fr: Frame) -> dict[str, Any]:
@@ -239,7 +356,7 @@ def _frame_view(p: Protocol, fr: Frame) -> dict[str, Any]:
         "byte_order": fr.byte_order,
         "error": fr.error,
         "fields": fr.fields,
-        "diagram": _diagram(fr),
+        "svg": frame_svg(fr),
         "examples": [
             {
                 "description": ex.description,
@@ -250,21 +367,33 @@ def _frame_view(p: Protocol, fr: Frame) -> dict[str, Any]:
     }
 
 
-def _diagram(fr: Frame) -> str:
-    """A byte diagram: one cell per field, as wide as its name or its size allows."""
-    cells = []
-    for f in fr.fields:
-        label = f"{f.name} ({f.kind}{'' if f.kind != 'bytes' else ' ' + str(f.size)})"
-        cells.append((f.offset, label))
-    top = "offset  " + "".join(f"{offset:<{len(label) + 3}}" for offset, label in cells)
-    line = "        +" + "+".join("-" * (len(label) + 2) for _, label in cells) + "+"
-    middle = "        |" + "|".join(f" {label} " for _, label in cells) + "|"
-    return "\n".join([top.rstrip(), line, middle, line, f"        total {fr.size} bytes"])
-
-
 def _decisions(p: Protocol) -> str:
     return _TEMPLATES.get_template("decisions.md.j2").render(
         header=_markdown_header(p),
         p=p,
-        decisions=[Proxy(d, anchor=anchor("decision", d.id)) for d in p.decisions],
+        decisions=[
+            Proxy(d, anchor=anchor("decision", d.id), summary=first_sentence(d.decision))
+            for d in p.decisions
+        ],
     )
+
+
+_SENTENCE_END = re.compile(r"(?<![ (]e\.g\.)(?<![ (]i\.e\.)(?<=[.!?])\s+(?=[A-Za-z`(\"])")
+_ABOUT_THE_SOURCE = re.compile(
+    r"^(The (protocol )?documents?|The (reference )?notes|The SDK|Neither|Nothing in)\b"
+)
+
+
+def first_sentence(text: str) -> str:
+    """A decision's one-line summary: its first sentence that says what the spec does.
+
+    Decisions often open with what the document leaves open ("The document is silent on ..."):
+    that sentence is the question, so the summary is the first one after it.
+    """
+    sentences = _SENTENCE_END.split(" ".join(text.split()))
+    decided = [s for s in sentences if not _ABOUT_THE_SOURCE.match(s)] or sentences
+    summary = decided[0]
+    # A verdict alone ("recoverable: true.") says too little without its reason.
+    if len(summary) < 40 and len(decided) > 1:
+        summary += " " + decided[1]
+    return summary

@@ -25,18 +25,19 @@ from codegen.ir import Constant, Field, Message, Protocol, Struct
 from codegen.jsonschema_export import export_schema
 from codegen.pymodel import (
     LINE_LENGTH,
+    PyClass,
     PyModel,
     build,
     build_frames,
+    build_roles,
     docstring,
     wrap,
 )
 from codegen.reference import reference_pages
 from codegen.templating import GROUP_TITLES, Proxy
 from codegen.vectors import render_vectors
-from voxwire import _rules as rules
 
-__all__ = ["RUFF_VERSION", "RenderError", "render"]
+__all__ = ["RUFF_VERSION", "RenderError", "package_stub", "render"]
 
 ROOT = Path(__file__).resolve().parent.parent
 RUFF_VERSION = "0.17.6"
@@ -53,8 +54,10 @@ _TEMPLATES = jinja2.Environment(
 _TEMPLATES.filters["oneline"] = lambda text: " ".join(str(text).split())
 _TEMPLATES.filters["py"] = repr
 _TEMPLATES.filters["doc"] = lambda lines, indent=4: _docstring_literal(lines, indent)
+_TEMPLATES.filters["classdoc"] = lambda c, field_sets: _class_docstring(c, field_sets)
 _TEMPLATES.filters["wrap"] = lambda paragraphs, indent=0: "\n".join(wrap(paragraphs, indent))
 _TEMPLATES.filters["pystr"] = lambda text, indent=4: _string_literal(text, indent)
+_TEMPLATES.globals["names"] = names  # every name a template prints comes from codegen.names
 
 
 def _docstring_literal(paragraphs: list[str], indent: int) -> str:
@@ -65,6 +68,23 @@ def _docstring_literal(paragraphs: list[str], indent: int) -> str:
     pad = " " * indent
     body = ("\n" + pad).join(lines).replace("\n" + pad + "\n", "\n\n")
     return f'"""{body}\n{pad}"""'
+
+
+def _class_docstring(c: PyClass, field_sets: list[PyClass]) -> str:
+    """A Struct's docstring with an ``Attributes:`` section (Google style), each field and its
+    description, inherited fields first: what ``help()`` and documentation tools show."""
+    bases = c.base.split(", ")
+    fields = [f for s in field_sets if s.name in bases for f in s.fields] + c.fields
+    if not fields:
+        return _docstring_literal(c.doc, 4)
+    lines = [*wrap(c.doc, 4), "", "Attributes:"]
+    for f in fields:
+        entry = f"{f.attr}: {f.doc[0] if f.doc else ''}"
+        width = LINE_LENGTH - 4 - 4
+        wrapped = textwrap.wrap(entry, width, subsequent_indent="    ", break_on_hyphens=False)
+        lines += ["    " + line for line in wrapped]
+    body = "\n    ".join(lines).replace("\n    \n", "\n\n")
+    return f'"""{body}\n    """'
 
 
 def _string_literal(text: str, indent: int) -> str:
@@ -104,7 +124,9 @@ def render(protocol: Protocol) -> list[Output]:
     }
     if protocol.frames:
         modules["frames.py"] = _frames(protocol, header)
-    modules["__init__.py"] = _init(protocol, header, modules)
+    modules["roles.py"] = _roles(protocol, header)
+    modules["_api.py"] = _init(protocol, header, modules)
+    modules["__init__.pyi"] = _package_stub(header, package.removeprefix("generated/"), "_api")
     outputs = [
         Output(package + name, _format_python(package + name, text))
         for name, text in modules.items()
@@ -115,6 +137,9 @@ def render(protocol: Protocol) -> list[Output]:
     )
     outputs.append(Output(package + "vectors.jsonl", render_vectors(protocol)))
     outputs += [Output(path, text) for path, text in reference_pages(protocol)]
+    # The PEP 561 marker where type checkers look for it in an editable install, which puts this
+    # folder on sys.path apart from runtime/ (whose voxwire/py.typed covers the hand-written half).
+    outputs.append(Output(package + "py.typed", header))
     return sorted(outputs, key=lambda o: o.path)
 
 
@@ -206,10 +231,12 @@ def _errors(p: Protocol, header: str) -> str:
     ending = [(e.py_name, e.end_reason) for e in p.errors if e.end_reason is not None]
     end_enum = ending[0][1][0].name if ending else None  # the resolver checks they share one
     end_reasons = [(code, f"{enum.name}.{value.py_name}") for code, (enum, value) in ending]
-    exports = ["ERROR_DESCRIPTIONS", "ErrorCode", "ProtocolError"]
-    exports += ["RECOVERABLE"] if recoverable else []
+    exports = [names.ERROR_DESCRIPTIONS, names.ERROR_CODE, names.PROTOCOL_ERROR]
+    exports += [names.RECOVERABLE] if recoverable else []
     exports += [c["name"] for c in code_sets]
     exports += [names.END_REASONS] if end_reasons else []
+    close_after = [(e.py_name, e.close_code.py_name) for e in p.errors if e.close_code]
+    exports += [names.CLOSE_AFTER] if close_after else []
     return _TEMPLATES.get_template("errors.py.j2").render(
         header=header,
         p=Proxy(p, errors=errors),
@@ -218,6 +245,7 @@ def _errors(p: Protocol, header: str) -> str:
         end_enum=end_enum,
         end_reasons_name=names.END_REASONS,
         end_reasons=end_reasons,
+        close_after=close_after,
         exports=_sorted_all(exports),
     )
 
@@ -257,16 +285,14 @@ def _transport_constants(p: Protocol) -> list[dict[str, Any]]:
         ):
             out.append(
                 {
-                    "name": names.constant(
-                        f"plaintext_{key}" if key != "names" else "plaintext_host_names"
-                    ),
+                    "name": names.plaintext_hosts(key),
                     "literal": repr(tuple(hosts[key])),
                     "doc": docstring(doc),
                 }
             )
         out.append(
             {
-                "name": "PLAINTEXT_SINGLE_LABEL",
+                "name": names.plaintext_hosts("single_label"),
                 "literal": repr(hosts["single_label"]),
                 "doc": docstring(
                     "What a single-label host name (no dot) gets: accept, warn or refuse."
@@ -339,7 +365,7 @@ def _messages(model: PyModel, header: str) -> str:
     for name in ("Annotated", "Any"):
         if re.search(rf"\b{name}\b", text_all):
             typing_names.append(name)
-    safe_integer = "JSON_SAFE_INTEGER" in text_all
+    safe_integer = names.JSON_SAFE_INTEGER in text_all
     msgspec_names = ["UNSET", "UnsetType"]
     if model.uses_meta:
         msgspec_names.append("Meta")
@@ -362,7 +388,7 @@ def _messages(model: PyModel, header: str) -> str:
         + [c.name for c in model.messages]
         + [u.name for u in p.unions]
         + [u.types_name for u in p.unions]
-        + ["MESSAGE_TYPES", "Message", "Object"]
+        + [names.MESSAGE_TYPES, names.MESSAGE_BASE, names.OBJECT_BASE]
     )
     enum_bases = sorted({e.base for e in model.enums}) or ["StrEnum"]
     intro = docstring(
@@ -392,7 +418,7 @@ def _messages(model: PyModel, header: str) -> str:
 def _checks(model: PyModel, header: str) -> str:
     p = model.protocol
     body = "\n".join(line for c in model.checks for line in c.body)
-    rule_names = sorted(set(re.findall(r"\b([a-z_]+)\(", body)) & set(rules.__all__))
+    rule_names = sorted({name for c in model.checks for name in c.rules})
     constant_imports = sorted(
         c for c in _referenced_constants(_all_fields(p)) if re.search(rf"\b{c}\b", body)
     )
@@ -412,7 +438,7 @@ def _codec(model: PyModel, header: str) -> str:
     checks = [(c.class_name, c.function) for c in model.checks if c.message_type is not None]
     senders = []
     for s in p.senders:
-        result = s.union_name + (" | UnknownMessage" if s.accepts_unknown else "")
+        result = s.union_name + (f" | {names.UNKNOWN_MESSAGE}" if s.accepts_unknown else "")
         senders.append(
             {
                 "id": s.id,
@@ -426,7 +452,7 @@ def _codec(model: PyModel, header: str) -> str:
         )
     all_results = " | ".join(
         [s.union_name for s in p.senders]
-        + (["UnknownMessage"] if any(s.accepts_unknown for s in p.senders) else [])
+        + ([names.UNKNOWN_MESSAGE] if any(s.accepts_unknown for s in p.senders) else [])
     )
     error_names = {e.code: e.py_name for e in p.errors}
     return _TEMPLATES.get_template("codec.py.j2").render(
@@ -450,9 +476,7 @@ def _frames(p: Protocol, header: str) -> str:
     frames = build_frames(p)
     views = []
     for fr in frames:
-        snake = (
-            "frame" if len(frames) == 1 else names.check_function(fr.name).removeprefix("check_")
-        )
+        decode, encode = names.frame_functions(fr.name, only=len(frames) == 1)
         expect = next(
             f.name
             for frame in p.frames
@@ -460,14 +484,22 @@ def _frames(p: Protocol, header: str) -> str:
             for f in frame.header
             if f.enum is not None
         )
-        views.append(Proxy(fr, snake=snake, expect=f"expected_{expect}", expect_field=expect))
+        views.append(
+            Proxy(
+                fr,
+                decode=decode,
+                encode=encode,
+                expect=names.expected_argument(expect),
+                expect_field=expect,
+            )
+        )
     frame_enums = sorted(
         {f.enum.name for frame in p.frames for f in frame.header if f.enum is not None}
     )
     enum_sets = [(names.enum_values(e), e) for e in frame_enums]
     exports = []
     for view in views:
-        exports += [view.name, view.size_constant, f"decode_{view.snake}", f"encode_{view.snake}"]
+        exports += [view.name, view.size_constant, view.decode, view.encode]
         exports += [const for const, _, _, _ in view.flags]
     return _TEMPLATES.get_template("frames.py.j2").render(
         header=header,
@@ -479,9 +511,35 @@ def _frames(p: Protocol, header: str) -> str:
     )
 
 
+def _roles(p: Protocol, header: str) -> str:
+    model = build_roles(p)
+    exports = [c for r in model.roles for c in (r.sends_class, r.receives_class)]
+    intro = docstring(
+        "A hand-written adapter inherits its role's mixins: the ``*Sends`` one gives it a typed "
+        "send method per message the role may send (keyword arguments: the message's own "
+        "fields; the core adds the envelope), the ``*Receives`` one a typed ``on()`` that takes "
+        "only the types the other end sends and calls a handler with that class. A message of "
+        "the wrong direction has no method, and ``on()`` refuses its type."
+    )
+    return _TEMPLATES.get_template("roles.py.j2").render(
+        header=header,
+        p=p,
+        intro=intro,
+        roles=model.roles,
+        type_imports=model.type_imports,
+        uses_unset=model.uses_unset,
+        uses_datetime=model.uses_datetime,
+        sent=names.SENT,
+        send_hook=names.SEND_HOOK,
+        on_hook=names.ON_HOOK,
+        on=names.ON,
+        exports=_sorted_all(exports),
+    )
+
+
 def _init(p: Protocol, header: str, modules: dict[str, str]) -> str:
     imports = []
-    exports = ["UnknownMessage", "SPEC_SHA256"]
+    exports = [names.UNKNOWN_MESSAGE, names.PROTOCOL_TITLE, names.SPEC_SHA256]
     for module in ("codec", "constants", "errors", "frames", "messages"):
         if module + ".py" not in modules:
             continue
@@ -498,11 +556,11 @@ def _init(p: Protocol, header: str, modules: dict[str, str]) -> str:
         imports.append((module, sorted(public)))
         exports += public
     # The spec may name its version as a constant too (the resolver checks they agree).
-    define_version = "PROTOCOL_VERSION" not in exports
+    define_version = names.PROTOCOL_VERSION not in exports
     if define_version:
-        exports.append("PROTOCOL_VERSION")
+        exports.append(names.PROTOCOL_VERSION)
     intro = docstring(p.description)
-    return _TEMPLATES.get_template("__init__.py.j2").render(
+    return _TEMPLATES.get_template("_api.py.j2").render(
         header=header,
         p=p,
         intro=intro,
@@ -512,3 +570,21 @@ def _init(p: Protocol, header: str, modules: dict[str, str]) -> str:
         define_version=define_version,
         exports=_sorted_all(exports),
     )
+
+
+def _package_stub(header: str, folder: str, module: str | None) -> str:
+    return _TEMPLATES.get_template("__init__.pyi.j2").render(
+        header=header,
+        folder=folder.rstrip("/"),
+        module=module and folder.rstrip("/").replace("/", ".") + "." + module,
+    )
+
+
+def package_stub() -> Output:
+    """The type checkers' marker that makes ``generated/voxwire`` a regular package too."""
+    path = "generated/voxwire/__init__.pyi"
+    header = (
+        "# Generated by `python -m codegen generate`.\n"
+        "# Do not edit: change codegen/templates, then regenerate.\n"
+    )
+    return Output(path, _format_python(path, _package_stub(header, "voxwire", None)))

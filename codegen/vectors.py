@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from codegen.ir import Bound, Field, Frame, Message, Protocol, Rule, Sender, TypeRef
-from voxwire._rules import json_equal
+from codegen.runtime_rules import json_equal
 
 __all__ = [
     "FORMAT",

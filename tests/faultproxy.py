@@ -1,8 +1,9 @@
 """A fault-injecting TCP proxy for the fault tests of both protocols, on loopback only.
 
 Between a client and a server it forwards bytes both ways and, on demand, delays them, swallows
-them (blackhole), resets every connection (RST), cuts the next server chunk short and resets
-(truncate), or resets new connections at once (refuse).
+them (blackhole), stops reading them so that TCP backpressure reaches the sender (stall),
+resets every connection (RST), cuts the next server chunk short and resets (truncate), or resets
+new connections at once (refuse).
 
 ```text
 async with FaultProxy(server.port) as proxy:   # clients connect to proxy.url
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 __all__ = ["FaultProxy"]
 
 _CHUNK = 65536
+_STALLED_BUFFER = 4096
 _LINGER_RESET = struct.pack("ii", 1, 0)  # close() then sends an RST
 
 
@@ -29,6 +31,7 @@ class _Pair:
     client: asyncio.StreamWriter
     server: asyncio.StreamWriter
     blackholed: bool = False
+    flowing: asyncio.Event = field(default_factory=asyncio.Event)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     def reset(self) -> None:
@@ -89,6 +92,16 @@ class FaultProxy:
         for pair in self._pairs:
             pair.blackholed = True
 
+    def stall(self) -> None:
+        """Stop reading from the open connections (new ones pass): a peer that stops reading."""
+        for pair in self._pairs:
+            pair.flowing.clear()
+            for writer in (pair.client, pair.server):
+                sock = writer.get_extra_info("socket")
+                if sock is not None:  # the kernel stops taking more than a little
+                    with contextlib.suppress(OSError):
+                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _STALLED_BUFFER)
+
     def truncate(self, keep: int) -> None:
         """Forward only ``keep`` bytes of the next server chunk, then reset its connection."""
         self._truncate = keep
@@ -108,6 +121,7 @@ class FaultProxy:
             _Pair(writer, writer).reset()
             return
         pair = _Pair(writer, up_writer)
+        pair.flowing.set()
         self._pairs.add(pair)
         pair.tasks = [
             asyncio.create_task(self._pump(pair, reader, up_writer, downstream=False)),
@@ -125,7 +139,7 @@ class FaultProxy:
         downstream: bool,
     ) -> None:
         try:
-            while chunk := await reader.read(_CHUNK):
+            while (await pair.flowing.wait()) and (chunk := await reader.read(_CHUNK)):
                 if pair.blackholed:
                     continue
                 if self.delay:

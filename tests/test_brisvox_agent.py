@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -364,6 +365,50 @@ async def test_tools_run_concurrently_and_cancels_follow_the_kind() -> None:
         with pytest.raises(TimeoutError):
             async with asyncio.timeout(0.2):
                 await engine.ws.recv()
+
+
+@pytest.mark.parametrize(
+    ("change", "code"),
+    [
+        ({"kind": "telepathy"}, "invalid_argument: tool.call $.kind"),
+        ({"arguments": "x"}, "bad_message: tool.call $.arguments"),
+        ({"idempotency_key": "short"}, "invalid_argument: tool.call $.idempotency_key"),
+    ],
+)
+@aio
+async def test_a_tool_call_that_cannot_be_decoded_is_answered_with_an_error_result(
+    change: dict[str, object], code: str
+) -> None:
+    async def fast(ctx: ToolContext) -> object:
+        return "ok"
+
+    async with agent(Recorder(), tools=[_tool("fast", fast)]) as server:
+        engine = await _engine(server)
+        await engine.handshake()
+        bad = {**json.loads(tool_call(2, 7, "fast")), **change}
+        await engine.send(json.dumps(bad))
+        answer = await engine.recv()
+        assert isinstance(answer, brisvox.ToolResult) and answer.id == 7
+        assert isinstance(answer.error, str) and answer.error.startswith(code)
+        await engine.send(tool_call(3, 8, "fast"))  # the link goes on
+        assert await engine.recv() == brisvox.ToolResult(id=8, result="ok")
+
+
+@aio
+async def test_a_tool_call_whose_id_is_no_valid_id_is_logged_and_the_link_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def fast(ctx: ToolContext) -> object:
+        return "ok"
+
+    caplog.set_level(logging.WARNING, "voxwire.brisvox.agent")
+    async with agent(Recorder(), tools=[_tool("fast", fast)]) as server:
+        engine = await _engine(server)
+        await engine.handshake()
+        await engine.send(tool_call(2, -1, "fast"))  # no tool.result can carry id -1
+        await engine.send(tool_call(3, 8, "fast"))
+        assert await engine.recv() == brisvox.ToolResult(id=8, result="ok")
+    assert "tool.call $.id" in caplog.text
 
 
 @aio

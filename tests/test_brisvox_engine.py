@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import ssl
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,6 @@ from websockets.asyncio.server import ServerConnection, serve
 from tests.peers.raw import DEADLINE, aio
 from voxwire import brisvox
 from voxwire.brisvox.agent import AgentServer, AgentSession, LinkClosed, Resumed, Tool, ToolContext
-from voxwire.brisvox.core import AgentAccepted, HandshakeFailed, LinkDown, ToolOutcome
 from voxwire.brisvox.engine import (
     AgentTarget,
     CABundleError,
@@ -26,6 +26,8 @@ from voxwire.brisvox.engine import (
     load_config,
     sip_user_part,
 )
+from voxwire.brisvox.engine_core import AgentAccepted, LinkDown, ToolOutcome
+from voxwire.brisvox.outputs import HandshakeFailed
 from voxwire.brisvox.testing import AgentCall, AgentRefused
 from voxwire.clock import ScaledClock
 from voxwire.hosts import InsecureURLError, check_url
@@ -417,6 +419,46 @@ def test_a_bad_ca_bundle_fails_startup(tmp_path: Path, data: bytes, message: str
     path.write_bytes(data)
     with pytest.raises(CABundleError, match=message):
         load_ca_bundle(path)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "device", "missing"])
+def test_a_ca_bundle_that_is_no_regular_file_fails_startup_at_once(
+    tmp_path: Path, kind: str
+) -> None:
+    path = tmp_path / "ca.pem"
+    if kind == "fifo":
+        os.mkfifo(path)  # open() for reading would wait for a writer forever
+    elif kind == "directory":
+        path.mkdir()
+    elif kind == "device":
+        path = Path("/dev/zero")  # reads would never end
+    message = "cannot be read" if kind == "missing" else "not a regular file"
+    with pytest.raises(CABundleError, match=message):
+        load_ca_bundle(path)
+    with pytest.raises(CABundleError, match=message):
+        load_config(
+            environ={"BRISVOX_AGENT_URL": "wss://a.example", "BRISVOX_AGENT_TLS_CA": str(path)}
+        )
+
+
+def test_no_repr_or_str_of_the_configuration_shows_a_token_or_a_query() -> None:
+    environ = {
+        "BRISVOX_AGENT_URL": "wss://agent.example/path?token=QUERY-SECRET",
+        "BRISVOX_AGENT_TOKEN": "TOKEN-SECRET",
+        "ROUTE_TOKEN": "ROUTE-SECRET",
+    }
+    route = {
+        "name": "billing",
+        "url": "wss://b.example/x?k=ROUTE-QUERY",
+        "token_env": "ROUTE_TOKEN",
+    }
+    config = load_config(environ=environ, toml={"agent_link": {"routes": [route]}})
+    shown = " ".join(
+        f(x) for f in (repr, str) for x in (config, config.default, config.routes["billing"])
+    )
+    for secret in ("QUERY-SECRET", "TOKEN-SECRET", "ROUTE-SECRET", "ROUTE-QUERY", "?"):
+        assert secret not in shown
+    assert config.default is not None and config.default.token == "TOKEN-SECRET"
 
 
 def test_a_ca_bundle_of_16_certificates_is_accepted() -> None:

@@ -21,8 +21,9 @@ from voxwire.brisvox.agent import (
     Tool,
     ToolContext,
 )
-from voxwire.brisvox.core import AgentAccepted, HandshakeFailed, LinkDown, LinkSettings, ToolOutcome
 from voxwire.brisvox.engine import AgentTarget, EngineLink
+from voxwire.brisvox.engine_core import AgentAccepted, LinkDown, LinkSettings, ToolOutcome
+from voxwire.brisvox.outputs import HandshakeFailed
 from voxwire.brisvox.testing import AgentCall
 from voxwire.clock import ScaledClock
 from voxwire.hosts import check_url

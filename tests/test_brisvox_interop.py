@@ -21,7 +21,7 @@ import pytest
 from tests.conftest import ROOT
 from tests.peers.raw import DEADLINE, aio
 from voxwire import brisvox
-from voxwire.brisvox.core import AgentAccepted, LinkDown, ToolOutcome
+from voxwire.brisvox.engine_core import AgentAccepted, LinkDown, ToolOutcome
 from voxwire.brisvox.testing import AgentCall
 
 SDK_VERSION = "0.1.2"

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import base64
 import io
 import json
+import os
+import re
+import signal
 import subprocess
 import sys
 import tracemalloc
@@ -23,13 +27,20 @@ from voxwire.demo.timeline import Style, Timeline
 from voxwire.validate import Tally, check_capture
 
 
-def voxwire(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def voxwire(
+    *args: str, timeout: float = 60, columns: int | None = None
+) -> subprocess.CompletedProcess[str]:
+    # No terminal; COLUMNS only where a test sets it (pytest's own may leak into children).
+    env = {key: value for key, value in os.environ.items() if key != "COLUMNS"}
+    if columns is not None:
+        env["COLUMNS"] = str(columns)
     return subprocess.run(
         [sys.executable, "-m", "voxwire", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
         check=False,
+        env=env,
     )
 
 
@@ -180,8 +191,8 @@ def test_the_demo_plays_a_call_per_protocol_and_names_every_step(
     assert "… 25 audio frames up …" in out and "audio frames down" in out
     assert lines.count("summary") == 2
     assert len([line for line in lines if line.startswith("  handshake ")]) == 2
-    assert "tool.call check_hours → tool.result:" in out
-    assert "agent.tool.invoke lookup_order → agent.tool.result:" in out
+    assert re.search(r" ms  tool.call check_hours → tool.result\n", out)
+    assert re.search(r" ms  agent.tool.invoke lookup_order → agent.tool.result\n", out)
     assert f"recorded             {folder / 'ovp.jsonl'}" in out
     assert "\x1b[" not in out  # not a terminal: no colour
 
@@ -543,7 +554,10 @@ def test_a_frame_seq_gap_is_a_note_not_a_violation(
     path = capture.write(tmp_path / "gap.jsonl")
     done = voxwire("validate", str(path), "--protocol", "ovp")
     assert done.returncode == 0
-    assert f"{path}:{i + 1}: note: frame_seq 4 after 2: 1 frames lost" in done.stdout
+    assert f"{path}:{i + 1}: note: frame_seq 4 after 2: 1 frame lost" in done.stdout
+    del capture.lines[i : i + 2]  # and 4, 5
+    done = voxwire("validate", str(capture.write(tmp_path / "gap2.jsonl")))
+    assert "note: frame_seq 6 after 2: 3 frames lost" in done.stdout
 
 
 def test_a_resumed_ovp_session_with_its_replay_is_clean(
@@ -602,7 +616,7 @@ def test_a_resumed_brisvox_call_is_clean(
         (b'{"capture": "pcap"}\n', ":1: not a voxwire capture"),
         (
             b'{"capture":"voxwire","version":1,"protocol":"brisvox","recorded_by":"agent"}\n',
-            "is a brisvox capture (its header says so), not ovp",
+            "is a brisvox capture (its header says so), not an ovp one",
         ),
     ],
 )
@@ -627,7 +641,6 @@ def test_validate_refuses_a_folder(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (("validate", "x.jsonl"), "the following arguments are required: --protocol"),
         (("validate", "--protocol", "ovp"), "the following arguments are required: FILE"),
         (("validate", "x.jsonl", "--protocol", "sip"), "invalid choice: 'sip'"),
         (("demo", "--protocol", "sip"), "invalid choice: 'sip'"),
@@ -686,3 +699,69 @@ def test_validate_reads_a_large_capture_in_constant_memory(
         tracemalloc.stop()
         assert tally.frames == count
     assert peaks[1] < 1.5 * peaks[0]  # ten times the frames, not ten times the memory
+
+
+def test_validate_reads_the_protocol_from_the_header_and_standard_input(
+    demo: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
+    for protocol in ("brisvox", "ovp"):
+        path = demo[1] / f"{protocol}.jsonl"
+        done = voxwire("validate", str(path))
+        assert done.returncode == 0, done.stderr
+        piped = subprocess.run(
+            [sys.executable, "-m", "voxwire", "validate", "-"],
+            input=path.read_bytes(),
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        assert piped.returncode == 0, piped.stderr
+        assert piped.stdout.decode() == done.stdout.replace(str(path), "<stdin>")
+    done = voxwire("validate", "-", "--protocol", "brisvox")  # standard input is empty here
+    assert done.returncode == 2 and "<stdin>:1: empty file" in done.stderr
+
+
+def test_version_option_prints_what_the_version_command_prints() -> None:
+    option, command = voxwire("--version"), voxwire("version")
+    assert (option.returncode, option.stdout) == (0, command.stdout)
+
+
+def _options(parser: argparse.ArgumentParser) -> list[tuple[str, argparse.Action]]:
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found += [(f"{name} {n}", a) for n, a in _options(sub)]
+        else:
+            found.append((action.dest, action))
+    return found
+
+
+def test_every_option_and_argument_has_help() -> None:
+    options = _options(cli._parser())
+    assert len(options) > 10
+    assert [name for name, action in options if not action.help] == []
+
+
+def test_ctrl_c_ends_the_command_with_130_and_no_traceback() -> None:
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "voxwire", "demo"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert demo.stdout is not None
+    assert demo.stdout.readline().startswith("brisvox: one call")  # it runs
+    demo.send_signal(signal.SIGINT)
+    _, err = demo.communicate(timeout=30)
+    assert demo.returncode == cli.INTERRUPTED
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+def test_the_demo_fits_the_terminal(columns: int) -> None:
+    done = voxwire("demo", "--no-color", columns=columns)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert max(len(line) for line in lines) <= columns
+    assert max(len(line) for line in lines) > columns - 10  # the room is used

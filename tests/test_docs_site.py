@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 from websockets.sync.client import ClientConnection, connect
 
+from codegen.diagrams import load_flows
 from codegen.ir import Protocol, TypeRef
 from codegen.reference import anchor
 from tests.conftest import ROOT
@@ -169,10 +170,82 @@ def test_message_sections_link_to_the_types_they_reference(
     assert broken == []
 
 
-def test_the_frame_layout_shows_the_byte_diagram(build: Build) -> None:
-    section = _section(build.html("reference/ovp/index.html"), "frame-audioframe")
-    assert "<pre" in section and "total 652 bytes" in section
-    assert "| version (u8) | flags (u8) | direction (u16) |" in section
+def test_the_frame_layout_is_a_picture_of_its_fields(
+    build: Build, protocol_list: list[Protocol]
+) -> None:
+    for p in protocol_list:
+        for fr in p.frames:
+            section = _section(build.html(f"reference/{p.id}/index.html"), anchor("frame", fr.name))
+            svg = re.search(r"<svg .*?</svg>", section, re.S)
+            assert svg, f"{p.id}: no picture of frame {fr.name}"
+            texts = re.findall(r'class="(field|offset|flag)">([^<]*)<', svg[0])
+            assert [t for c, t in texts if c == "field"] == [f.name for f in fr.fields]
+            offsets = [int(t) for c, t in texts if c == "offset"]
+            assert offsets == [f.offset for f in fr.fields] + [fr.size]
+            flags = "".join(t for c, t in texts if c == "flag")
+            for f in fr.fields:
+                for _, name, _ in f.flags:
+                    assert name in flags
+
+
+def test_the_senders_are_a_list(build: Build, protocol_list: list[Protocol]) -> None:
+    for p in protocol_list:
+        html = build.html(f"reference/{p.id}/index.html")
+        found = re.search(r"<strong>Senders\.</strong></p>\s*<ul>(.*?)</ul>", html, re.S)
+        assert found, f"{p.id}: the senders are not a list"
+        items = re.findall(r"<li>(.*?)</li>", found[1], re.S)
+        assert [re.search(r"<code>([^<]*)</code>", i)[1] for i in items] == [  # type: ignore[index]
+            s.id for s in p.senders
+        ]
+        assert " - `" not in html
+
+
+def test_each_sender_has_a_page_of_what_it_sends(
+    build: Build, protocol_list: list[Protocol]
+) -> None:
+    for p in protocol_list:
+        for sender in p.senders:
+            html = build.html(f"reference/{p.id}-from-{sender.id}/index.html")
+            linked = re.findall(rf'href="\.\./{p.id}/#([^"]+)"', html)
+            assert linked == [anchor(m.type) for m in sender.messages], sender.id
+
+
+def test_every_message_heading_says_its_direction(
+    build: Build, protocol_list: list[Protocol]
+) -> None:
+    for p in protocol_list:
+        html = build.html(f"reference/{p.id}/index.html")
+        for m in p.messages:
+            heading = re.search(rf'<h4 id="{re.escape(anchor(m.type))}">(.*?)</h4>', html, re.S)
+            assert heading, m.type
+            text = re.sub(r"<[^>]+>", "", heading[1])
+            assert " → ".join([" and ".join(m.senders), ""]).strip() in text or "both ways" in text
+
+
+def test_shared_fields_are_shown_once(build: Build, protocol_list: list[Protocol]) -> None:
+    for p in protocol_list:
+        html = build.html(f"reference/{p.id}/index.html")
+        for fs in p.field_sets:
+            assert anchor("fields", fs.name) in build.ids(
+                build.require() / "reference" / p.id / "index.html"
+            )
+            for f in fs.fields:
+                # One row in the field set's table, none in the messages that carry it.
+                rows = re.findall(rf"<tr>\s*<td><code>{re.escape(f.wire_name)}</code>", html)
+                assert len(rows) >= 1
+
+
+def test_the_decision_indexes_summarise_each_decision(
+    build: Build, protocol_list: list[Protocol]
+) -> None:
+    for p in protocol_list:
+        html = build.html(f"reference/{p.id}-decisions/index.html")
+        table = html[: html.index("</table>")]
+        rows = re.findall(
+            r"<tr>\s*<td><a [^>]*>([^<]+)</a></td>\s*<td>[^<]*</td>\s*<td>(.*?)</td>", table, re.S
+        )
+        assert [r[0] for r in rows] == [d.id for d in p.decisions]
+        assert all(len(re.sub(r"<[^>]+>", "", summary).strip()) > 20 for _, summary in rows)
 
 
 # --- links -----------------------------------------------------------------------------------
@@ -493,20 +566,196 @@ def test_a_message_page_renders_in_chromium(page: Page, served: str) -> None:
 
 def test_the_frame_layout_renders_in_chromium(page: Page, served: str) -> None:
     assert page.open(served + "reference/ovp/#frame-audioframe") == []
-    diagram = page.evaluate(
-        "(() => { let e = document.getElementById('frame-audioframe');"
-        " while (e && e.tagName !== 'PRE' && !e.querySelector('pre')) e = e.nextElementSibling;"
-        " return e ? (e.tagName === 'PRE' ? e : e.querySelector('pre')).textContent : null })()"
+    size = page.evaluate(
+        "(() => { const r = document.querySelector('#frame-audioframe-diagram svg')"
+        ".getBoundingClientRect(); return [r.width, r.height] })()"
     )
-    assert diagram and "total 652 bytes" in diagram and "pcm (bytes 640)" in diagram
-    # The diagram fits the content column of a 1280-pixel window: no sideways scrolling.
+    assert size[0] > 400 and size[1] > 100
+    # The picture fits the content column of a 1280-pixel window: no sideways scrolling.
     overflow = page.evaluate(
-        "(() => { const c = document.getElementById('frame-audioframe').parentElement"
-        ".querySelector('h2[id^=frame-] ~ .highlight pre code');"
-        " return c.scrollWidth - c.clientWidth })()"
+        "(() => { const d = document.getElementById('frame-audioframe-diagram');"
+        " return d.scrollWidth - d.clientWidth })()"
     )
     assert overflow <= 0
+    _shoot(page, "#frame-audioframe-diagram svg", "diagram-ovp-frame-audioframe.png")
     assert page.errors() == []
+
+
+def _shoot(page: Page, selector: str, name: str) -> None:
+    """Screenshot the element ``selector``, keep it in test-artifacts/, assert it is not blank."""
+    page.evaluate(f"document.querySelector({json.dumps(selector)}).scrollIntoView()")
+    box = page.evaluate(
+        f"(() => {{ const r = document.querySelector({json.dumps(selector)})"
+        ".getBoundingClientRect();"
+        " return {x: r.x + window.scrollX, y: r.y + window.scrollY, width: r.width,"
+        " height: r.height} })()"
+    )
+    shot = page.call(
+        "Page.captureScreenshot", format="png", captureBeyondViewport=True, clip={**box, "scale": 1}
+    )
+    data = base64.b64decode(shot["data"])
+    ARTIFACTS.mkdir(exist_ok=True)
+    (ARTIFACTS / name).write_bytes(data)
+    assert _inked_fraction(data) > 0.01, f"{name}: the screenshot is blank"
+
+
+def _inked_fraction(png: bytes) -> float:
+    """The fraction of a PNG's pixels that differ from its top-left pixel (0 for a blank one)."""
+    import struct
+    import zlib
+
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, width, height, channels = 8, b"", 0, 0, 0
+    while pos < len(png):
+        (length,) = struct.unpack(">I", png[pos : pos + 4])
+        kind, body = png[pos + 4 : pos + 8], png[pos + 8 : pos + 8 + length]
+        if kind == b"IHDR":
+            width, height, depth, color = struct.unpack(">IIBB", body[:10])
+            assert depth == 8 and color in (2, 6), (depth, color)
+            channels = 3 if color == 2 else 4
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    raw, stride = zlib.decompress(idat), width * channels
+    rows: list[bytearray] = []
+    previous = bytearray(stride)
+    for y in range(height):
+        kind, line = (
+            raw[y * (stride + 1)],
+            bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)]),
+        )
+        for i in range(stride):
+            left = line[i - channels] if i >= channels else 0
+            up, corner = previous[i], previous[i - channels] if i >= channels else 0
+            if kind == 1:
+                line[i] = (line[i] + left) & 0xFF
+            elif kind == 2:
+                line[i] = (line[i] + up) & 0xFF
+            elif kind == 3:
+                line[i] = (line[i] + (left + up) // 2) & 0xFF
+            elif kind == 4:
+                p = left + up - corner
+                pa, pb, pc = abs(p - left), abs(p - up), abs(p - corner)
+                line[i] = (
+                    line[i] + (left if pa <= pb and pa <= pc else up if pb <= pc else corner)
+                ) & 0xFF
+        rows.append(line)
+        previous = line
+    first = bytes(rows[0][:channels])
+    inked = sum(
+        1 for line in rows for x in range(0, stride, channels) if line[x : x + channels] != first
+    )
+    return inked / max(1, width * height)
+
+
+@pytest.mark.parametrize("protocol_id", ["brisvox", "ovp"])
+def test_every_diagram_renders_in_chromium(
+    page: Page, served: str, protocol_id: str, protocols: dict[str, Protocol]
+) -> None:
+    flows = load_flows(protocols[protocol_id], ROOT)
+    assert flows is not None and flows.flows
+    assert page.open(served + f"reference/{protocol_id}-diagrams/") == []
+    for flow in flows.flows:
+        selector = f"#{anchor('flow', flow.id)}-diagram svg"
+        drawn = page.evaluate(
+            f"(() => {{ const s = document.querySelector({json.dumps(selector)});"
+            " if (!s) return null; const r = s.getBoundingClientRect();"
+            " return {width: r.width, height: r.height,"
+            " participants: [...s.querySelectorAll('.participant')].map(t => t.textContent),"
+            " steps: s.querySelectorAll('.step').length} })()"
+        )
+        assert drawn, f"{protocol_id}: no diagram of flow {flow.id}"
+        assert drawn["width"] > 200 and drawn["height"] > 100, (flow.id, drawn)
+        assert drawn["participants"] == [label for _, label in flow.participants]
+        assert drawn["steps"] >= len(flow.steps)
+        _shoot(page, selector, f"diagram-{protocol_id}-{flow.id}.png")
+    assert page.errors() == []
+
+
+STATE_MACHINES = [
+    ("brisvox-link/", "voxwire.brisvox.agent_core", "AGENT_TRANSITIONS"),
+    ("brisvox-link/", "voxwire.brisvox.engine_core", "ENGINE_TRANSITIONS"),
+]
+
+
+@pytest.mark.parametrize(("path", "module", "name"), STATE_MACHINES)
+def test_each_state_machine_renders_from_its_table(
+    page: Page, served: str, path: str, module: str, name: str
+) -> None:
+    import importlib
+
+    table = getattr(importlib.import_module(module), name)
+    states = [s.value for s in type(next(iter(table)))]
+    assert page.open(served + path) == []
+    selector = f"#state-{name.lower().replace('_', '-')} svg"
+    drawn = page.evaluate(
+        f"[...document.querySelectorAll({json.dumps(selector + ' .state')})].map(t => t.textContent)"
+    )
+    assert drawn == states
+    numbers = page.evaluate(f"document.querySelectorAll({json.dumps(selector + ' .edge')}).length")
+    assert numbers >= len({(s, t.target) for s, inputs in table.items() for t in inputs.values()})
+    _shoot(page, selector, f"diagram-state-{name.lower()}.png")
+    assert page.errors() == []
+
+
+@pytest.fixture
+def wide(page: Page) -> Iterator[Page]:
+    """The page at 1400 pixels wide, the width at which the reference used to break words."""
+    page.call(
+        "Emulation.setDeviceMetricsOverride",
+        width=1400,
+        height=900,
+        deviceScaleFactor=1,
+        mobile=False,
+    )
+    try:
+        yield page
+    finally:
+        page.call("Emulation.clearDeviceMetricsOverride")
+
+
+_BROKEN_WORDS = """(() => {
+  const broken = [];
+  const lines = (node, start, end) => {
+    const range = document.createRange();
+    range.setStart(node, start); range.setEnd(node, end);
+    return new Set([...range.getClientRects()].filter(r => r.width > 0).map(r => Math.round(r.top))).size;
+  };
+  for (const cell of document.querySelectorAll('article td')) {
+    const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      for (const m of node.data.matchAll(/[A-Za-z0-9_.:$]+/g)) {
+        if (m[0].length > 1 && lines(node, m.index, m.index + m[0].length) > 1) broken.push(m[0]);
+      }
+    }
+  }
+  for (const code of document.querySelectorAll('article td code')) {
+    const rects = new Set([...code.getClientRects()].map(r => Math.round(r.top)));
+    if (rects.size > 1) broken.push(code.textContent);
+  }
+  return broken;
+})()"""
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "reference/brisvox/",
+        "reference/ovp/",
+        "reference/brisvox-decisions/",
+        "reference/ovp-decisions/",
+    ],
+)
+def test_no_reference_table_cell_breaks_an_identifier(wide: Page, served: str, path: str) -> None:
+    assert wide.open(served + path) == []
+    assert wide.evaluate(_BROKEN_WORDS) == []
+
+
+def test_the_ovp_reference_page_is_under_a_third_of_its_old_height(wide: Page, served: str) -> None:
+    assert wide.open(served + "reference/ovp/") == []
+    # 120,000 pixels at 1400 wide before the envelope was shown once (issue 17).
+    height = wide.evaluate("document.documentElement.scrollHeight")
+    assert height < 40_000, height
 
 
 def test_search_finds_transcript_final(page: Page, served: str) -> None:

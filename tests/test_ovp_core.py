@@ -4,30 +4,41 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Mapping
 from datetime import datetime
+from enum import Enum
 from typing import Any
 
 import pytest
 
+from tests.conftest import ROOT
 from tests.test_ovp_support import AGENT, CALL, MOMENT, NO_STATS, PCM, SESSION, TS
 from voxwire import ovp
-from voxwire.ovp.core import (
+from voxwire.ovp._session import (
     AUDIO_FORMAT,
     AudioIn,
-    ClientCore,
-    ClientEvent,
-    Dropped,
-    GatewayCore,
     Ignored,
-    LinkDropped,
-    Rejected,
-    Resumed,
     Sent,
-    ServerEvent,
     SessionOver,
     SessionStateError,
-    ToLink,
     check_session_id,
+)
+from voxwire.ovp.client_core import (
+    CLIENT_TRANSITIONS,
+    ClientCore,
+    ClientState,
+    Dropped,
+    Rejected,
+    ServerEvent,
+)
+from voxwire.ovp.gateway_core import (
+    GATEWAY_TRANSITIONS,
+    ClientEvent,
+    GatewayCore,
+    GatewayState,
+    LinkDropped,
+    Resumed,
+    ToLink,
     refuse_token,
 )
 from voxwire.sansio import Close, SendBinary, SendText
@@ -594,16 +605,41 @@ def test_gateway_refuses_a_resume_it_can_no_longer_replay_in_full() -> None:
     assert error_of(out)["code"] == "OVP_RESUME_EXPIRED"
 
 
-def test_gateway_resume_checks_seq_and_is_refused_on_a_started_link() -> None:
+def test_gateway_resume_checks_seq_and_is_answered_on_a_resumed_link() -> None:
     core, link = started_gateway()
     core.receive_text(link, client_event("dtmf.send", 4, digits="1"), 1)
-    resume = client_event("session.resume", 5, last_server_seq=0)
-    assert error_of(core.receive_text(link, resume, 1))["code"] == "OVP_EVENT_SCHEMA_INVALID"
     new = drop_and_reopen(core, link, 2.0, 2.0)
     restarted = client_event("session.resume", 0, last_server_seq=0)  # a client restarting its seq
     out = core.receive_text(new, restarted, 3.0)
     assert (error_of(out)["code"], error_of(out)["recoverable"]) == ("OVP_SEQ_REGRESSION", False)
     assert of(SessionOver, out)[0].code == "OVP_SEQ_REGRESSION"
+    core, link = started_gateway()
+    new = drop_and_reopen(core, link, 2.0, 2.0)
+    assert of(
+        Resumed, core.receive_text(new, client_event("session.resume", 0, last_server_seq=0), 3)
+    )
+    again = core.receive_text(new, client_event("session.resume", 1, last_server_seq=0), 3.0)
+    assert (error_of(again)["code"], error_of(again)["recoverable"]) == (
+        "OVP_EVENT_SCHEMA_INVALID",
+        True,
+    )
+
+
+@pytest.mark.parametrize("started", [True, False])
+def test_a_gateway_refuses_to_resume_a_session_it_does_not_hold(started: bool) -> None:
+    # A restarted gateway: the client's first event on its new link is session.resume, for a
+    # session this gateway started anew on that very link (or has not started yet).
+    core = GatewayCore(SESSION, epoch=EPOCH)
+    link, _ = core.open_link(0.0)
+    if started:
+        core.start(CALL, AGENT, 0.0)
+    out = core.receive_text(link, client_event("session.resume", 7, last_server_seq=14), 0.1)
+    error = error_of(out)
+    assert (error["code"], error["recoverable"], error["seq"]) == ("OVP_RESUME_EXPIRED", False, 15)
+    assert "does not hold session" in error["message"]
+    assert ToLink(link, Close(1008, "resume refused")) in out
+    assert of(SessionOver, out)[0].code == "OVP_RESUME_EXPIRED"
+    assert core.state is GatewayState.OVER
 
 
 def test_a_client_that_missed_session_end_gets_it_by_resuming_within_the_window() -> None:
@@ -615,9 +651,33 @@ def test_a_client_that_missed_session_end_gets_it_by_resuming_within_the_window(
     out = core.receive_text(late, client_event("session.resume", 0, last_server_seq=0), 5.0)
     assert [t["seq"] for t in texts(out)] == [1, 2] and texts(out)[1]["type"] == "session.end"
     assert ToLink(late, Close(1000, "session ended")) in out
-    too_late = core.open_link(32.1)[0]
-    out = core.receive_text(too_late, client_event("session.resume", 1, last_server_seq=0), 32.1)
+    core.link_lost(late, 5.1)  # that one dropped before the client answered the close, too
+    assert core.state is GatewayState.END_UNDELIVERED
+    in_time = core.open_link(35.1)[0]  # the window runs from the last drop
+    out = core.receive_text(in_time, client_event("session.resume", 1, last_server_seq=1), 35.1)
+    assert [t["type"] for t in texts(out)] == ["session.end"]
+    core.link_lost(in_time, 35.2)
+    too_late = core.open_link(65.3)[0]
+    out = core.receive_text(too_late, client_event("session.resume", 2, last_server_seq=0), 65.3)
     assert error_of(out)["code"] == "OVP_RESUME_EXPIRED"
+
+
+def test_a_resume_after_session_end_was_delivered_is_refused() -> None:
+    core, link = started_gateway()
+    core.send(ovp.AgentThinking, {"turn_id": "t", "delta": "x"}, 1)
+    core.end("agent_ended", 2.0)
+    assert core.state is GatewayState.ENDING
+    assert core.link_lost(link, 2.1, answered_close=True) == []  # the client read session.end
+    assert core.state is GatewayState.OVER and core.replay_size == (0, 0)
+    late, out = core.open_link(3.0)  # a still-valid token: refused at once, nothing replayed
+    error = error_of(out)
+    assert (error["code"], error["seq"]) == ("OVP_RESUME_EXPIRED", 3)
+    assert "session.end was delivered" in error["message"]
+    assert [t["type"] for t in texts(out)] == ["error"]
+    assert ToLink(late, Close(1008, "resume refused")) in out
+    assert core.receive_text(late, client_event("session.resume", 1, last_server_seq=0), 3) == [
+        Ignored(f"a text message on link {late}, which is closing")
+    ]
 
 
 def test_gateway_resume_on_a_half_open_link_closes_the_old_one() -> None:
@@ -783,3 +843,97 @@ def test_abort_and_refuse_token() -> None:
         "message": "token expired",
         "recoverable": False,
     }
+
+
+# ----------------------------------------------------------------------------- the stream
+
+
+def thought(core: GatewayCore, now: float = 1.0) -> list[Any]:
+    return core.send(ovp.AgentThinking, {"turn_id": "t", "delta": "x"}, now)
+
+
+def stream_out(core: GatewayCore, link: int, out: list[Any]) -> list[int]:
+    """Report every text handed out as written until the stream runs dry; the seqs, in order."""
+    seqs: list[int] = []
+    while batch := [t["seq"] for t in texts(out)]:
+        seqs += batch
+        out = core.written(link, len(batch), 2.0)
+    return seqs
+
+
+def test_the_stream_hands_a_link_at_most_its_window_and_the_rest_as_it_is_written() -> None:
+    core, link = started_gateway(window=4)  # session.start is the first of the 4
+    outs = [thought(core) for _ in range(9)]  # seq 1..9
+    assert [len(texts(out)) for out in outs] == [1, 1, 1, 0, 0, 0, 0, 0, 0]
+    assert core.send_audio(PCM, 1.0) == [] and core.frames_unsent == 1  # behind: stale audio
+    assert [t["seq"] for t in texts(core.written(link, 3, 1.5))] == [4, 5, 6]
+    assert [t["seq"] for t in texts(core.written(link, 4, 1.6))] == [7, 8, 9]
+    assert of(ToLink, core.send_audio(PCM, 1.7))  # caught up: audio flows again
+    out = core.end("agent_ended", 2.0)  # seq 10, then the close once it is handed out
+    assert [t["seq"] for t in texts(out)] == [10] and ToLink(
+        link, Close(1000, "session ended")
+    ) in out
+
+
+def test_the_stream_holds_the_close_until_session_end_is_handed_out() -> None:
+    core, link = started_gateway(window=2)
+    thought(core)
+    out = core.end("agent_ended", 2.0)  # seq 2 waits for room
+    assert texts(out) == [] and not of(ToLink, out)
+    out = core.written(link, 2, 2.1)
+    assert [t["type"] for t in texts(out)] == ["session.end"]
+    assert out[-1] == ToLink(link, Close(1000, "session ended"))
+
+
+@pytest.mark.parametrize("missed", [1, 1025, ovp.REPLAY_BUFFER_MAX_EVENTS - 1])
+def test_a_resume_streams_its_replay_through_the_window(missed: int) -> None:
+    core, link = started_gateway()
+    new = drop_and_reopen(core, link, 1.0, 1.5)
+    for _ in range(missed):  # seq 1..missed, while the client is away
+        thought(core, 1.2)
+    out = core.receive_text(new, client_event("session.resume", 0, last_server_seq=0), 2.0)
+    assert of(Resumed, out) == [Resumed(new, missed)]
+    assert len(texts(out)) == min(missed, 512)  # never more than the window at once
+    assert stream_out(core, new, out) == list(range(1, missed + 1))
+
+
+def test_a_link_behind_what_the_replay_buffer_holds_is_cut() -> None:
+    core, link = started_gateway(window=1)
+    for _ in range(ovp.REPLAY_BUFFER_MAX_EVENTS + 1):  # seq 0 (unwritten) is evicted
+        thought(core)
+    out = core.written(link, 1, 2.0)
+    assert out == [ToLink(link, Close(1008, "too slow: the stream was evicted"))]
+    assert core.written(link, 1, 2.1) == [] and core.send_audio(PCM, 2.2) == []
+
+
+def test_a_client_never_stitches_a_new_session_start_onto_a_resumed_session() -> None:
+    core = started_client()
+    core.receive_text(thinking(5), 0.2)
+    assert of(Dropped, core.link_lost(1.0))
+    assert [t["type"] for t in texts(core.connected(2.0))] == ["session.resume"]
+    out = core.receive_text(start_event(), 2.1)  # a restarted gateway starts the session anew
+    assert not of(ServerEvent, out)
+    over = of(SessionOver, out)[0]
+    assert over.code == "OVP_RESUME_EXPIRED" and "after seq 5 are lost" in over.detail
+    assert Close(1000, "session lost") in out and core.state is ClientState.OVER
+    assert core.receive_text(thinking(6), 2.2) == [Ignored("a text message while over")]
+
+
+# ----------------------------------------------------------------------------- the tables
+
+
+def table_markdown(table: Mapping[Enum, Mapping[Enum, Enum]]) -> str:
+    rows = ["| state | input | next state |", "|---|---|---|"]
+    for state, moves in table.items():
+        rows += [f"| `{state.value}` | {e.value} | `{nxt.value}` |" for e, nxt in moves.items()]
+    return "\n".join(rows)
+
+
+@pytest.mark.parametrize("table", [CLIENT_TRANSITIONS, GATEWAY_TRANSITIONS])
+def test_the_session_guide_shows_each_cores_transition_table(
+    table: Mapping[Enum, Mapping[Enum, Enum]],
+) -> None:
+    assert table_markdown(table) in (ROOT / "docs" / "ovp-sessions.md").read_text()
+    states = set(table)
+    assert all(nxt in states for moves in table.values() for nxt in moves.values())
+    assert all(moves or state.value == "over" for state, moves in table.items())

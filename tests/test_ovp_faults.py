@@ -7,6 +7,7 @@ or the session ends with an explicit ``OVP_RESUME_EXPIRED``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from collections.abc import Awaitable, Callable
 
@@ -194,3 +195,68 @@ def test_an_outage_longer_than_the_window_ends_in_an_explicit_expiry() -> None:
     run(call.run(faults))
     assert call.session is not None and call.session.over is not None
     assert call.session.over.code == "OVP_RESUME_EXPIRED"
+
+
+class Unavailable:
+    """An HTTP server that answers every upgrade with 503, as a gateway restarting behind a
+    load balancer does."""
+
+    def __init__(self) -> None:
+        self.answered = 0
+        self.port = 0
+        self._server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> Unavailable:
+        self._server = await asyncio.start_server(self._answer, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+
+    async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")
+            await writer.drain()
+            self.answered += 1
+        writer.close()
+
+
+async def quiet(session: GatewaySession) -> None:
+    session.start(CALL, AGENT)
+    async for _ in session:
+        pass
+
+
+@pytest.mark.parametrize("comes_back", [True, False], ids=["back", "never"])
+def test_a_5xx_on_a_reconnect_is_retried_with_backoff_until_the_window_closes(
+    comes_back: bool,
+) -> None:
+    async def main() -> None:
+        clock = ScaledClock(50)
+        async with (
+            serving(quiet, clock=clock) as gateway,
+            Unavailable() as unavailable,
+            FaultProxy(gateway.port) as proxy,
+        ):
+            client = ovp_client(proxy.url, clock)
+            await client.connect()
+            proxy.target_port = unavailable.port
+            proxy.reset()
+            dropped = clock.now()
+            await eventually(lambda: unavailable.answered >= 3)
+            if comes_back:
+                proxy.target_port = gateway.port
+                await eventually(lambda: client.reconnects == 1)
+                gateway.sessions[SESSION].end()
+                assert await client.run() is not None
+                return
+            with pytest.raises(SessionFailed) as failed:
+                await client.run()
+            assert failed.value.code == "OVP_RESUME_EXPIRED"
+            assert clock.now() - dropped >= ovp.RESUME_WINDOW_MS / 1000
+            assert 3 <= unavailable.answered < 60  # backoff, not a busy loop
+
+    run(main(), timeout=20)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import pytest
@@ -28,6 +29,7 @@ from voxwire import ovp
 from voxwire.clock import SYSTEM_CLOCK, Clock, ScaledClock
 from voxwire.ovp.client import OVPClient, SessionFailed
 from voxwire.ovp.gateway import Gateway, GatewaySession
+from voxwire.ovp.gateway_core import GatewayState
 
 
 def thinking(session: GatewaySession, n: int) -> None:
@@ -49,7 +51,8 @@ def drop(ws: ClientConnection) -> None:
 
 async def resume(gateway: Gateway, session_id: str, seq: int, last: Any) -> ClientConnection:
     ws = await raw_connect(endpoint(gateway, session_id))
-    await ws.send(event("session.resume", seq, session_id, last_server_seq=last))
+    with contextlib.suppress(ConnectionClosed):  # a session that is over refuses at once
+        await ws.send(event("session.resume", seq, session_id, last_server_seq=last))
     return ws
 
 
@@ -286,3 +289,65 @@ def test_a_resume_over_a_half_open_link_takes_over_and_closes_the_old_one() -> N
 
     code, replay = run(main())
     assert code == 1000 and replay == [1, 2]
+
+
+# ----------------------------------------------------------------------------- the end, and a lost session
+
+
+def test_the_end_missed_is_replayed_once_and_a_resume_after_it_was_delivered_is_refused() -> None:
+    async def main() -> tuple[list[dict[str, Any]], int | None, list[dict[str, Any]], int | None]:
+        async with serving(talking) as gateway, FaultProxy(gateway.port) as proxy:
+            url = f"{proxy.url}/voice/ws/{SESSION}?token={token()}"
+            ws = await raw_connect(url)
+            await next_event(ws)
+            await ws.send(event("agent.input", 0, source="system", text="x"))
+            assert (await next_event(ws))["seq"] == 1
+            session = gateway.sessions[SESSION]
+            proxy.blackhole()  # session.end (seq 2) never reaches the client
+            session.end()
+            await asyncio.sleep(0.05)
+            proxy.reset()
+            await eventually(lambda: session._core.state is GatewayState.END_UNDELIVERED)
+            again = await raw_connect(url)
+            await again.send(event("session.resume", 1, last_server_seq=1))
+            rest = await until_closed(again)  # the client answers the close: delivered
+            await eventually(lambda: session._core.state is GatewayState.OVER)
+            late = await raw_connect(url)  # a token still valid, a resume from the start
+            with contextlib.suppress(ConnectionClosed):
+                await late.send(event("session.resume", 2, last_server_seq=0))
+            refused = await until_closed(late)
+            return rest, again.close_code, refused, late.close_code
+
+    rest, code, refused, late_code = run(main())
+    assert [(e["type"], e["seq"]) for e in rest] == [("session.end", 2)] and code == 1000
+    assert [(e["code"], e["seq"]) for e in refused] == [("OVP_RESUME_EXPIRED", 3)]
+    assert "session.end was delivered" in refused[0]["message"] and late_code == 1008
+
+
+def test_a_restarted_gateway_refuses_the_resume_and_the_client_surfaces_the_loss() -> None:
+    async def main() -> None:
+        clock = ScaledClock(10)
+        async with (
+            serving(talking, clock=clock) as first,
+            serving(talking, clock=clock) as restarted,
+            FaultProxy(first.port) as proxy,
+        ):
+            client = ovp_client(proxy.url, clock)
+            await client.connect()
+            for n in range(5):
+                thinking(first.sessions[SESSION], n)  # seq 1..5
+            received: list[int] = []
+            with pytest.raises(SessionFailed) as failed:
+                async for message in client:
+                    received.append(message.seq)
+                    if message.seq == 5:  # the gateway restarts: it holds no session
+                        proxy.target_port = restarted.port
+                        proxy.reset()
+            assert failed.value.code == "OVP_RESUME_EXPIRED"
+            assert received == list(range(6))  # nothing of the new session stitched on
+            new = restarted.sessions[SESSION]
+            await eventually(lambda: new.over is not None)
+            assert new.over is not None and new.over.code == "OVP_RESUME_EXPIRED"
+            assert "does not hold session" in new.over.detail
+
+    run(main(), timeout=20)

@@ -227,7 +227,7 @@ def test_session_update_applied_or_rejected_through_the_client() -> None:
             await client.send(ovp.SessionUpdate, patch=ovp.SessionPatch(language="tlh"))
             async for message in client:
                 if message.type == "error":
-                    assert isinstance(message, ovp.Error)
+                    assert isinstance(message, ovp.ErrorEvent)
                     assert message.code == "OVP_SESSION_UPDATE_REJECTED" and message.recoverable
                     assert message.details == {"event_seq": 1, "event_type": "session.update"}
                     break
@@ -267,7 +267,7 @@ def test_the_client_takes_a_fatal_error_then_session_end(code: str) -> None:
     received, end = run(main())
     start, error, last = received
     assert start.type == "session.start"
-    assert isinstance(error, ovp.Error) and error.code == code and error.recoverable is False
+    assert isinstance(error, ovp.ErrorEvent) and error.code == code and error.recoverable is False
     assert error.details == {"upstream_status": 503}
     assert isinstance(last, ovp.SessionEnd) and last == end and last.error_code == code
 

@@ -11,18 +11,19 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
+from tests.node import node
 
 # What both installs must show: every module, the data files, and a working decode.
 PROBE = r"""
-import importlib.resources, json, pkgutil, sys
+import json, os, pkgutil, sys
 import voxwire
 from voxwire import brisvox, ovp
 modules = sorted(m.name for m in pkgutil.walk_packages(voxwire.__path__, "voxwire."))
 data = sorted(
-    f"{package}/{name}"
-    for package in ("voxwire", "voxwire.brisvox", "voxwire.ovp")
+    f"{package.__name__}/{name}"
+    for package in (voxwire, brisvox, ovp)
     for name in ("py.typed", "schema.json")
-    if importlib.resources.files(package).joinpath(name).is_file()
+    if any(os.path.isfile(os.path.join(folder, name)) for folder in package.__path__)
 )
 message = brisvox.decode(b'{"type":"say","text":"hi"}', sender="agent")
 json.dump({
@@ -89,7 +90,9 @@ def test_wheel_in_a_fresh_venv_imports_like_the_editable_install(
     assert "voxwire.brisvox.codec" in from_wheel["modules"]  # type: ignore[operator]
     assert "voxwire._codec" in from_wheel["modules"]  # type: ignore[operator]
     assert from_wheel["data"] == [
+        "voxwire.brisvox/py.typed",
         "voxwire.brisvox/schema.json",
+        "voxwire.ovp/py.typed",
         "voxwire.ovp/schema.json",
         "voxwire/py.typed",
     ]
@@ -104,3 +107,88 @@ def test_wheel_holds_one_package_and_nothing_else(wheel: Path) -> None:
     assert {t for t in tops if not t.endswith(".dist-info")} == {"voxwire"}
     assert "voxwire/brisvox/schema.json" in names and "voxwire/_codec.py" in names
     assert not [n for n in names if "__pycache__" in n or n.startswith(("codegen/", "tests/"))]
+
+
+# What a user writes from the README and the guides: the generated names, the runtime's
+# modules, decode narrowed by sender and by match. Both checkers must see it as it runs.
+USER_PROGRAM = """
+import voxwire
+from voxwire import brisvox, ovp
+from voxwire.brisvox.agent import AgentServer
+from voxwire.brisvox.engine import EngineLink
+from voxwire.brisvox.messages import Say
+from voxwire.ovp.client import OVPClient
+from voxwire.ovp.frames import AudioFrame
+from voxwire.ovp.gateway import Gateway
+
+
+def spoken(data: bytes) -> str | None:
+    match brisvox.decode(data, sender="agent"):
+        case brisvox.Say(text=text):
+            return text
+        case _:
+            return None
+
+
+def thinking(data: bytes) -> str:
+    event = ovp.decode(data, sender="server")
+    assert isinstance(event, ovp.AgentThinking)
+    return event.delta
+
+
+say: Say = voxwire.brisvox.Say(id="c1", text="Hello.")
+wire: bytes = brisvox.encode(say)
+pcm = bytes(ovp.PCM_BYTES_PER_FRAME)
+up = ovp.FrameDirection.CLIENT_TO_SERVER
+frame: AudioFrame = ovp.decode_frame(
+    ovp.encode_frame(ovp.AudioFrame(direction=up, frame_seq=7, rtp_timestamp=320, pcm=pcm))
+)
+error: type[voxwire.ProtocolError] = ovp.ProtocolError
+roles: tuple[type, ...] = (AgentServer, EngineLink, OVPClient, Gateway)
+print(spoken(wire), voxwire.__version__, brisvox.PROTOCOL_VERSION, frame.frame_seq, error, roles)
+"""
+
+
+def _type_check(python: Path, folder: Path) -> None:
+    program = folder / "user.py"
+    program.write_text(USER_PROGRAM)
+    checks = {
+        "mypy": [sys.executable, "-m", "mypy", "--strict", "--no-incremental",
+                 "--python-executable", str(python), "--cache-dir", str(folder / ".mypy"), str(program)],
+        "pyright": [sys.executable, "-m", "pyright", "--pythonpath", str(python), str(program)],
+    }  # fmt: skip
+    for name, command in checks.items():
+        done = subprocess.run(
+            command, cwd=folder, capture_output=True, text=True, timeout=300, check=False
+        )
+        assert done.returncode == 0, f"{name} after {python}:\n{done.stdout}{done.stderr}"
+    assert "0 errors" in done.stdout
+
+
+def _fresh_venv(folder: Path, *install: str) -> Path:
+    venv.create(folder, with_pip=True)
+    python = folder / "bin" / "python"
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", *install],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    return python
+
+
+def test_the_readme_install_and_the_wheel_type_check_a_user_program_alike(
+    wheel: Path, tmp_path: Path
+) -> None:
+    node()  # pyright runs on it (the PyPI package carries pyright itself)
+    editable = _fresh_venv(tmp_path / "editable", "-e", f"{ROOT}[gateway]")
+    from_wheel = _fresh_venv(tmp_path / "wheel", f"{wheel}[gateway]")
+    for python in (editable, from_wheel):
+        folder = python.parent.parent / "user"
+        folder.mkdir()
+        _type_check(python, folder)
+        done = subprocess.run(
+            [str(python), str(folder / "user.py")], capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith("Hello. ")

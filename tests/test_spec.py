@@ -10,7 +10,7 @@ import pytest
 
 from codegen.ir import Protocol
 from codegen.pipeline import load_protocols
-from tests.conftest import DOCUMENTS
+from tests.conftest import read_document
 from voxwire import brisvox, ovp
 from voxwire.conformance import json_equal
 
@@ -63,7 +63,7 @@ def test_ovp_has_all_33_events_with_their_directions(protocols: dict[str, Protoc
 def test_error_codes_match_the_documents(protocols: dict[str, Protocol]) -> None:
     assert len(protocols["brisvox"].errors) == 13
     ovp_codes = {e.code for e in protocols["ovp"].errors}
-    document = (DOCUMENTS / "orbit-voice-protocol-1.0.txt").read_text(encoding="utf-8")
+    document = read_document("orbit-voice-protocol-1.0.txt")
     table = document[document.index("## Error codes") : document.index("## Compared to")]
     assert ovp_codes == set(re.findall(r"`(OVP_[A-Z_]+)`", table))
     assert len(ovp_codes) == 17
@@ -121,7 +121,7 @@ def _within(canonical: Any, original: Any) -> bool:
 
 
 def _document_example_types(name: str) -> list[str]:
-    text = (DOCUMENTS / name).read_text(encoding="utf-8")
+    text = read_document(name)
     if name.startswith("orbit"):
         blocks = re.findall(r"```json[^\n]*\n(.*?)```", text, re.S)
     else:

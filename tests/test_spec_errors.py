@@ -423,6 +423,14 @@ CASES = [
         message="'sad' is not a value of Mood",
     ),
     Case(
+        "error-closes-with-an-unknown-close-code",
+        "    description: The message cannot be read.\n",
+        "    description: The message cannot be read.\n    close_code: policy\n",
+        marker="    close_code: policy",
+        path="errors[0].close_code",
+        message="unknown close code 'policy'",
+    ),
+    Case(
         "duplicate-close-code",
         "\ndecode_errors:\n",
         "\nclose_codes:\n  - {name: normal, code: 1000, description: Done.}\n"

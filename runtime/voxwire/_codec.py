@@ -22,7 +22,15 @@ import msgspec.inspect
 from voxwire._rules import json_value_problem, written_difference
 from voxwire.errors import ProtocolError
 
-__all__ = ["Check", "DecodeErrorCodes", "JsonCodec", "SenderSpec", "UnknownMessage"]
+__all__ = [
+    "Check",
+    "DecodeErrorCodes",
+    "JsonCodec",
+    "SenderSpec",
+    "UnknownMessage",
+    "field_of_refused",
+    "without_item",
+]
 
 Check = Callable[[Any], None]
 """A generated check of the rules a message's typed decoding cannot carry (byte limits, blank
@@ -555,6 +563,31 @@ class JsonCodec:
             except msgspec.ValidationError as exc:
                 return self._recover(exc, data, sender, message_type)
         return UnknownMessage(type=message_type, data=whole)
+
+
+def field_of_refused(data: bytes | str, name: str) -> Any:
+    """The top-level field ``name`` of a message that failed decoding, as plain JSON, or None
+    (not a JSON object, or no such field): what a refusal echoes, such as a command's id."""
+    try:
+        value = _ANY.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return None
+    return value.get(name) if isinstance(value, dict) else None
+
+
+def without_item(data: bytes | str, name: str, index: int) -> bytes | None:
+    """The message with item ``index`` of its top-level array ``name`` left out, re-written
+    (for a reader that drops one bad item and decodes the rest), or None when there is no
+    such item."""
+    try:
+        value = _ANY.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return None
+    items = value.get(name) if isinstance(value, dict) else None
+    if not isinstance(items, list) or not 0 <= index < len(items):
+        return None
+    del items[index]
+    return msgspec.json.encode(value)
 
 
 def _only_message(check: Check, message: Any, data: bytes | str) -> None:

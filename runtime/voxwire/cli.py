@@ -2,10 +2,12 @@
 
 ```text
 voxwire demo [--protocol brisvox|ovp|both] [--record DIR] [--no-color]
-voxwire validate FILE --protocol brisvox|ovp
+voxwire validate FILE|- [--protocol brisvox|ovp]
 voxwire schema --protocol ovp [--message transcript.final]
-voxwire version
+voxwire version                 (or voxwire --version)
 ```
+
+Errors are one line on stderr with exit status 2; Ctrl-C ends any command with status 130.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import argparse
 import io
 import json
 import os
+import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -33,6 +36,12 @@ __all__ = ["main"]
 PROTOCOLS = ("brisvox", "ovp")
 PROGRESS_AFTER = 2.0
 """Seconds a validation runs before it shows its progress on stderr."""
+PIPE_SIZE = (120, 24)
+"""The demo's columns and lines where its output is no terminal and ``COLUMNS`` is not set."""
+STDIN = "-"
+"""The FILE that names standard input."""
+INTERRUPTED = 130
+"""The exit status after Ctrl-C (128 + SIGINT), as shells report it."""
 
 
 class CommandError(Exception):
@@ -64,7 +73,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     try:
         if args.record is not None:
             args.record.mkdir(parents=True, exist_ok=True)
-        run(protocols, out=sys.stdout, style=Style(color, unicode), record=args.record)
+        style = Style(color, unicode, width=shutil.get_terminal_size(PIPE_SIZE).columns)
+        run(protocols, out=sys.stdout, style=style, record=args.record)
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename else ""
         raise CommandError(f"{where}{exc.strerror or exc}") from None
@@ -74,9 +84,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    name = args.file
+    name = "<stdin>" if args.file == STDIN else args.file
     try:
-        raw = open(name, "rb")  # noqa: SIM115 (closed with the reader below)
+        stdin = args.file == STDIN
+        raw = open(sys.stdin.fileno() if stdin else name, "rb", closefd=not stdin)  # noqa: SIM115
     except OSError as exc:
         raise CommandError(f"{name}: {exc.strerror or exc}") from None
     tally = Tally()
@@ -84,10 +95,10 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     with progress, io.TextIOWrapper(io.BufferedReader(progress), encoding="utf-8") as lines:
         try:
             header, findings = check_capture(lines, tally)
-            if header.protocol != args.protocol:
+            if args.protocol not in (None, header.protocol):
                 raise CommandError(
-                    f"{name} is a {header.protocol} capture (its header says so), "
-                    f"not {args.protocol}"
+                    f"{name} is {_a(header.protocol)} capture (its header says so), "
+                    f"not {_a(args.protocol)} one"
                 )
             for finding in findings:
                 code = "note" if isinstance(finding, Note) else finding.code
@@ -109,6 +120,11 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 def _count(number: int, noun: str) -> str:
     return f"{number:,} {noun}{'' if number == 1 else 's'}"
+
+
+def _a(word: str) -> str:
+    """``word`` behind its indefinite article: "a brisvox", "an ovp"."""
+    return f"{'an' if word[:1].lower() in 'aeiou' else 'a'} {word}"
 
 
 class _Progress(io.RawIOBase):
@@ -156,9 +172,20 @@ def _cmd_version(args: argparse.Namespace) -> int:
     print(f"voxwire {__version__}")
     for name in PROTOCOLS:
         module = _protocol_module(name)
-        title = module.__doc__.split(":", 1)[0]
+        title = f"{module.PROTOCOL_TITLE} {module.PROTOCOL_VERSION}"
         print(f"{name}: {title} (spec sha256 {module.SPEC_SHA256[:12]})")
     return 0
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: what ``voxwire version`` prints, then exit."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        _cmd_version(argparse.Namespace())
+        parser.exit()
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -167,6 +194,9 @@ def _parser() -> argparse.ArgumentParser:
         description="Typed messages and transports for the Brisvox agent protocol v1 and the "
         "Orbit Voice Protocol 1.0.",
     )
+    parser.add_argument(
+        "--version", action=_VersionAction, help="print the package, spec and protocol versions"
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     demo = commands.add_parser(
         "demo",
@@ -174,7 +204,12 @@ def _parser() -> argparse.ArgumentParser:
         description="Play one scripted call per protocol with the real runtimes, on loopback "
         "(no external service), and print every message and a summary.",
     )
-    demo.add_argument("--protocol", choices=(*PROTOCOLS, "both"), default="both")
+    demo.add_argument(
+        "--protocol",
+        choices=(*PROTOCOLS, "both"),
+        default="both",
+        help="the call to play (default: both, one after the other)",
+    )
     demo.add_argument(
         "--record",
         metavar="DIR",
@@ -189,11 +224,19 @@ def _parser() -> argparse.ArgumentParser:
         description="Check a recorded session (a capture, see docs/capture.md) and print every "
         "violation as FILE:LINE: CODE: explanation. Exit status 0 only for a clean capture.",
     )
-    validate.add_argument("file", metavar="FILE", help="the capture (.jsonl)")
-    validate.add_argument("--protocol", required=True, choices=PROTOCOLS)
+    validate.add_argument(
+        "file", metavar="FILE", help=f"the capture (.jsonl); {STDIN} reads standard input"
+    )
+    validate.add_argument(
+        "--protocol",
+        choices=PROTOCOLS,
+        help="the protocol the capture must be (default: the one its header names)",
+    )
     validate.set_defaults(run=_cmd_validate)
     schema = commands.add_parser("schema", help="print the JSON Schema of a protocol or message")
-    schema.add_argument("--protocol", required=True, choices=PROTOCOLS)
+    schema.add_argument(
+        "--protocol", required=True, choices=PROTOCOLS, help="whose schema to print"
+    )
     schema.add_argument("--message", metavar="TYPE", help="one message type, e.g. transcript.final")
     schema.set_defaults(run=_cmd_schema)
     version = commands.add_parser("version", help="print the package, spec and protocol versions")
@@ -213,3 +256,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # voxwire schema | head: the rest of the output has nowhere to go
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except KeyboardInterrupt:  # Ctrl-C: the user asked to stop; no traceback
+        print(file=sys.stderr)
+        return INTERRUPTED

@@ -1,11 +1,45 @@
-"""The one exception every decoder and encoder of voxwire raises for bad input."""
+"""The one exception hierarchy of voxwire, for both protocols.
+
+Every error voxwire raises on purpose is a :class:`VoxwireError`, so one ``except`` catches them
+all; each also derives from the built-in exception its kind of failure has always had, so code
+written against those keeps working:
+
+```text
+VoxwireError
+├── ProtocolError            a message or frame breaks its protocol (one subclass per protocol,
+│                            code = the protocol's error code)
+├── ConfigError (ValueError) bad configuration, found at startup (an insecure URL, a CA bundle,
+│                            a TOML section, a gateway setting)
+├── HandshakeError           the peer refused the session or the handshake failed
+└── SessionClosed (ConnectionError)
+                             nothing can be sent now: the session's link is closed, parked or
+                             down
+```
+
+Each role adds the errors only it has under these (``brisvox.agent.CommandFailed``,
+``ovp.client.SessionFailed``...).
+
+```python
+from voxwire import brisvox
+from voxwire.errors import ProtocolError, VoxwireError
+
+try:
+    brisvox.decode('{"type": "say", "text": ""}', "agent")
+except ProtocolError as exc:
+    assert isinstance(exc, VoxwireError) and exc.code == "invalid_argument"
+```
+"""
 
 from __future__ import annotations
 
-__all__ = ["ProtocolError"]
+__all__ = ["ConfigError", "HandshakeError", "ProtocolError", "SessionClosed", "VoxwireError"]
 
 
-class ProtocolError(Exception):
+class VoxwireError(Exception):
+    """The base of every error voxwire raises on purpose."""
+
+
+class ProtocolError(VoxwireError):
     """A message or frame that breaks its protocol.
 
     Each protocol has its own subclass (``voxwire.brisvox.ProtocolError``,
@@ -19,6 +53,9 @@ class ProtocolError(Exception):
     """
 
     code: str
+    detail: str
+    path: str | None
+    message_type: str | None
 
     def __init__(
         self,
@@ -37,6 +74,18 @@ class ProtocolError(Exception):
 
     def __reduce__(self) -> tuple[object, ...]:
         return (_rebuild, (type(self), self.code, self.detail, self.path, self.message_type))
+
+
+class ConfigError(VoxwireError, ValueError):
+    """The configuration is wrong; the message names the setting. Raised at startup."""
+
+
+class HandshakeError(VoxwireError):
+    """The peer refused the session, or the handshake failed; the message says how."""
+
+
+class SessionClosed(VoxwireError, ConnectionError):
+    """Nothing can be sent now: the session's link is closed, parked or down."""
 
 
 def _rebuild(

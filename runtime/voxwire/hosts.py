@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import urlsplit
 
@@ -28,6 +28,7 @@ from voxwire.brisvox.constants import (
     PLAINTEXT_SINGLE_LABEL,
     PLAINTEXT_SUFFIXES,
 )
+from voxwire.errors import ConfigError
 
 __all__ = ["CheckedURL", "InsecureURLError", "check_url", "redact_url"]
 
@@ -54,7 +55,7 @@ _ZONE_ID = re.compile(r"[A-Za-z0-9._~\-]+")  # RFC 6874: unreserved characters
 _REDACTABLE_HOST = re.compile(r"[A-Za-z0-9._~%:\-]+")
 
 
-class InsecureURLError(ValueError):
+class InsecureURLError(ConfigError):
     """A URL refused by the plaintext host rule, or malformed; the text never holds secrets.
 
     Attributes:
@@ -73,10 +74,10 @@ class InsecureURLError(ValueError):
 
 @dataclass(frozen=True)
 class CheckedURL:
-    """A URL that passed ``check_url``.
+    """A URL that passed ``check_url``; its ``repr`` shows the redacted URL, never the query.
 
     Attributes:
-        url: The URL as given.
+        url: The URL as given (it may carry a token: never log it, log ``redacted``).
         scheme: ``"ws"`` or ``"wss"``.
         host: Lowercased, without IPv6 brackets or one trailing dot; a zone reads ``fe80::1%eth0``.
         port: The explicit port, else 80 (ws) or 443 (wss).
@@ -84,7 +85,7 @@ class CheckedURL:
         warning: What to log once at startup (single-label host, allow_insecure), else ``None``.
     """
 
-    url: str
+    url: str = field(repr=False)
     scheme: Literal["ws", "wss"]
     host: str
     port: int
@@ -96,6 +97,14 @@ class CheckedURL:
         """``scheme://host:port`` for logs, the IPv6 address in brackets."""
         return f"{self.scheme}://{_host_for_url(self.host)}:{self.port}"
 
+    def connect_overrides(self) -> dict[str, str | int]:
+        """Keyword arguments for ``websockets`` ``connect(url, ...)``: the host and port to hand
+        ``getaddrinfo`` when the URL's own text would fail there (an IPv6 zone is written
+        ``%25eth0`` in a URL and ``%eth0`` to the resolver); empty otherwise."""
+        if "%" in self.host:
+            return {"host": self.host, "port": self.port}
+        return {}
+
 
 class _Malformed(Exception):
     """A URL no setting can make acceptable."""
@@ -104,12 +113,12 @@ class _Malformed(Exception):
 @dataclass(frozen=True)
 class _Parts:
     scheme: str  # lowercased
-    authority: str
-    userinfo: str | None
+    authority: str = field(repr=False)  # may hold credentials
+    userinfo: str | None = field(repr=False)
     host: str  # as written, brackets removed
     bracketed: bool
     port: str | None  # the text after ':', None without ':'
-    tail: str  # path, query and fragment
+    tail: str = field(repr=False)  # path, query and fragment: may hold a token
 
 
 @dataclass(frozen=True)

@@ -1,16 +1,17 @@
 """The actions a sans-I/O protocol core returns to its adapter.
 
-A core (``voxwire.brisvox.core``, ``voxwire.ovp.core``) takes what arrived (a text or binary
-message, the time) and returns a list of actions; it never touches a socket, a task or a clock.
-The asyncio adapter performs the actions in order: it writes, closes, and hands events to the
-application. Each protocol adds its own event types; these are the actions every core shares.
+A core (``voxwire.brisvox.engine_core``, ``voxwire.ovp.client_core``,
+``voxwire.ovp.gateway_core``) takes what arrived (a text or binary message, the time) and returns a
+list of actions; it never touches a socket, a task or a clock. The asyncio adapter performs the
+actions in order: it writes, closes, and hands events to the application. Each protocol adds its
+own event types; these are the actions every core shares.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Action", "Close", "SendBinary", "SendText"]
+__all__ = ["Action", "Close", "Ignored", "SendBinary", "SendText"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +34,14 @@ class Close:
 
     code: int
     reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Ignored:
+    """Input the protocol says to drop without an answer (logged at DEBUG and counted, never
+    silent); one class for both protocols' cores."""
+
+    what: str
 
 
 Action = SendText | SendBinary | Close

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from importlib import import_module, resources
+from importlib import import_module
+from pathlib import Path
 from typing import Any
 
 __all__ = ["json_schema"]
@@ -15,8 +16,11 @@ def json_schema(protocol: str, message: str | None = None) -> dict[str, Any]:
     The standalone schema holds only the definitions the message needs. Raises ``KeyError``
     naming the known types for a type the protocol does not have.
     """
+    # Beside the generated modules: the package's own folder in a wheel, generated/ in an
+    # editable install, where the package's __init__.py is in runtime/ (docs/architecture.md).
+    generated = Path(import_module(f"voxwire.{protocol}._api").__file__ or "")
     document: dict[str, Any] = json.loads(
-        resources.files(f"voxwire.{protocol}").joinpath("schema.json").read_text(encoding="utf-8")
+        generated.with_name("schema.json").read_text(encoding="utf-8")
     )
     if message is None:
         return document

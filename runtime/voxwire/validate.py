@@ -30,26 +30,15 @@ import msgspec
 from msgspec import UNSET
 
 from voxwire import brisvox, ovp
-from voxwire.brisvox.core import (
-    AgentAccepted,
-    BadMessage,
-    EngineCore,
-    EngineState,
-    HandshakeFailed,
-    LinkSettings,
-)
-from voxwire.brisvox.core import Ignored as EngineIgnored
+from voxwire.brisvox.engine_core import AgentAccepted, EngineCore, EngineState, LinkSettings
+from voxwire.brisvox.outputs import BadMessage, HandshakeFailed
 from voxwire.capture import CaptureError, CaptureHeader, Frame, read_capture
 from voxwire.errors import ProtocolError
-from voxwire.ovp.core import (
-    AudioIn,
-    ClientCore,
-    Rejected,
-    SessionOver,
-    _FrameOrder,
-)
-from voxwire.ovp.core import Ignored as ClientIgnored
+from voxwire.ovp._session import AudioIn, FrameOrder, SessionOver
+from voxwire.ovp._session import Ignored as ClientIgnored
+from voxwire.ovp.client_core import ClientCore, Rejected
 from voxwire.sansio import Close
+from voxwire.sansio import Ignored as EngineIgnored
 
 __all__ = ["CAPTURE_CODE", "Finding", "Note", "Tally", "Violation", "check_capture"]
 
@@ -132,6 +121,7 @@ class _Peek(msgspec.Struct):
 
     type: Any = None
     seq: Any = None
+    t_ms: Any = None
     session_id: Any = None
 
 
@@ -170,8 +160,16 @@ class _Brisvox:
         try:
             message = self._decode(frame.data)
         except brisvox.ProtocolError as exc:
+            self._count(_peek(frame.data))
             return [_violation(frame, exc)]
         return self._server(frame, message)
+
+    def _count(self, envelope: _Peek) -> None:
+        """A refused server message still took its seq and t_ms: the next one follows it."""
+        if type(envelope.seq) is int:
+            self._last_seq = envelope.seq
+        if type(envelope.t_ms) is int:
+            self._last_t_ms = max(self._last_t_ms, envelope.t_ms)
 
     def binary(self, frame: Frame) -> list[Finding]:
         if frame.sender == "agent":
@@ -251,7 +249,7 @@ class _Brisvox:
         if engine is None:  # the capture begins with a resumption
             self._engine = self._new_engine(start, frame.t)
             return found
-        engine.connection_lost(frame.t, "a resumption follows")
+        engine.link_lost(frame.t, "a resumption follows")
         if engine.state is EngineState.GONE:
             found.append(
                 Violation(
@@ -304,8 +302,6 @@ class _Brisvox:
                 EngineState.ENDING,
             ):
                 found += self._out_of_order(line, f"{out.what} (the handshake failed)")
-        while engine.next_write(frame.t) is not None:  # what the engine would answer: not kept
-            pass
         return found
 
 
@@ -327,8 +323,6 @@ def _handshake_code(data: str | bytes) -> str:
 _SCHEMA: Final = ovp.ErrorCode.OVP_EVENT_SCHEMA_INVALID
 _REGRESSION: Final = ovp.ErrorCode.OVP_SEQ_REGRESSION
 _FRAME: Final = ovp.ErrorCode.OVP_AUDIO_FRAME_INVALID
-# RFC 6455 §7.4.1: the close code with which a core says its peer broke the protocol.
-_PROTOCOL_ERROR_CLOSE: Final = 1002
 
 
 class _Gap:
@@ -344,7 +338,9 @@ class _Gap:
         lost = (frame_seq - last - 1) % ovp.FRAME_SEQ_MODULUS
         if lost == 0:
             return None
-        return Note(line, f"frame_seq {frame_seq} after {last}: {lost} frames lost")
+        return Note(
+            line, f"frame_seq {frame_seq} after {last}: {lost} frame{'' if lost == 1 else 's'} lost"
+        )
 
 
 @dataclass(slots=True)
@@ -358,7 +354,7 @@ class _Ovp:
     """A client message before session.start was reported: the others are not."""
     last_client_seq: int | None = None
     max_server_seq: int = -1
-    client_frames: _FrameOrder = field(default_factory=_FrameOrder)
+    client_frames: FrameOrder = field(default_factory=FrameOrder)
     gaps: dict[str, _Gap] = field(default_factory=lambda: {"server": _Gap(), "client": _Gap()})
     decode: Callable[[str | bytes], Any] = field(default_factory=lambda: ovp.decoder("client"))
 
@@ -398,6 +394,7 @@ class _Ovp:
         if self.client is None:
             session_id = peek.session_id if isinstance(peek.session_id, str) else ""
             self.client = ClientCore(session_id, epoch=0.0)
+            self.client.connected(frame.t)
         core = self.client
         over, last = core.over, core.last_server_seq
         if isinstance(data, str):
@@ -406,7 +403,9 @@ class _Ovp:
                 self.max_server_seq = max(self.max_server_seq, peek.seq)
         else:
             outputs = core.receive_binary(data, frame.t)
-        broke = any(isinstance(o, Close) and o.code == _PROTOCOL_ERROR_CLOSE for o in outputs)
+        broke = any(
+            isinstance(o, Close) and o.code == ovp.CloseCode.PROTOCOL_ERROR for o in outputs
+        )
         found: list[Finding] = []
         for out in outputs:
             if isinstance(out, Rejected):

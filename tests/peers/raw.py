@@ -1,4 +1,5 @@
-"""Raw JSON frames for driving an agent without the engine side, and the async test runner."""
+"""Raw JSON frames for driving an agent without the engine side (and an engine without the agent
+side), and the async test runner."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect
+from websockets.asyncio.server import Server, ServerConnection, serve
 
 from voxwire import brisvox
 
@@ -115,3 +117,59 @@ class RawEngine:
     async def close(self) -> None:
         async with asyncio.timeout(DEADLINE):
             await self.ws.close()
+
+
+class RawAgent:
+    """An agent written from the document, speaking raw frames: it accepts the first call with
+    ``accept`` and records every message the engine sends (decoded as the server's)."""
+
+    def __init__(self, accept: dict[str, Any] | None = None) -> None:
+        self.accept = accept or {"type": "session.accept", "version": 1, "tools": []}
+        self.received: asyncio.Queue[brisvox.ServerMessage] = asyncio.Queue()
+        self.ws: ServerConnection | None = None
+        self._server: Server | None = None
+        self._connected = asyncio.Event()
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        return f"ws://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+
+    async def __aenter__(self) -> RawAgent:
+        self._server = await serve(self._handle, "127.0.0.1", 0, compression=None)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        await self._server.wait_closed()
+
+    async def _handle(self, ws: ServerConnection) -> None:
+        self.ws = ws
+        self._connected.set()
+        first = await ws.recv()
+        await self.received.put(_server_message(first))
+        await ws.send(json.dumps(self.accept))
+        async for data in ws:
+            await self.received.put(_server_message(data))
+
+    async def send(self, text: str) -> None:
+        """Send one raw frame on the current connection."""
+        async with asyncio.timeout(DEADLINE):
+            await self._connected.wait()
+        assert self.ws is not None
+        await self.ws.send(text)
+
+    async def next(self, *types: str) -> brisvox.ServerMessage:
+        """The next message of one of ``types`` (others are skipped; bounded wait)."""
+        async with asyncio.timeout(DEADLINE):
+            while True:
+                message = await self.received.get()
+                if not types or message.type in types:
+                    return message
+
+
+def _server_message(data: str | bytes) -> brisvox.ServerMessage:
+    message = brisvox.decode(data, "server")
+    assert not isinstance(message, brisvox.UnknownMessage), message
+    return message

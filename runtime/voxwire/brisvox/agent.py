@@ -42,38 +42,42 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from voxwire.brisvox._logs import websockets_logger
-from voxwire.brisvox.constants import (
-    AGENT_TOKEN_ENV,
-    MAX_MESSAGE_BYTES,
-    SDK_COMMAND_TIMEOUT_MS,
-    SDK_EVENT_QUEUE,
-    SDK_HANDSHAKE_TIMEOUT_MS,
-    SDK_MAX_SESSIONS,
-    SDK_RESUME_WINDOW_MS,
-    SDK_WRITE_TIMEOUT_MS,
-    SIDE_EFFECT_GRACE_MS,
-    SUPPORTED_VERSIONS,
-)
-from voxwire.brisvox.core import (
+from voxwire.brisvox.agent_core import (
     AgentCore,
     AgentOutput,
-    BadMessage,
-    Command,
     CommandAnswered,
     CommandTimedOut,
     Delivered,
-    EventBuffer,
     EventReceived,
-    EventsDropped,
-    HandshakeFailed,
-    Ignored,
     ResumeRegistry,
     StartReceived,
     ToolCallCancelled,
     ToolCallStarted,
 )
+from voxwire.brisvox.constants import (
+    AGENT_TOKEN_ENV,
+    END_COMMAND_EXTRA_MS,
+    LINK_CLOSED_REASON,
+    MAX_MESSAGE_BYTES,
+    PING_INTERVAL_MS,
+    SDK_CLOSE_TIMEOUT_MS,
+    SDK_COMMAND_TIMEOUT_MS,
+    SDK_EVENT_QUEUE,
+    SDK_HANDSHAKE_TIMEOUT_MS,
+    SDK_MAX_SESSIONS,
+    SDK_RESUME_WINDOW_MS,
+    SDK_SHUTDOWN_GRACE_MS,
+    SDK_UPGRADE_SLACK_MS,
+    SDK_WRITE_TIMEOUT_MS,
+    SIDE_EFFECT_GRACE_MS,
+    SILENCE_TIMEOUT_MS,
+    SUPPORTED_VERSIONS,
+    TRANSFER_COMMAND_EXTRA_MS,
+    CloseCode,
+)
 from voxwire.brisvox.errors import ErrorCode
 from voxwire.brisvox.messages import (
+    Command,
     CommandResult,
     ContextMessage,
     ContextUpdate,
@@ -91,9 +95,17 @@ from voxwire.brisvox.messages import (
     Transfer,
     TransferMode,
 )
+from voxwire.brisvox.outputs import (
+    BadMessage,
+    EventBuffer,
+    EventsDropped,
+    HandshakeFailed,
+)
 from voxwire.capture import CaptureWriter, Record, Recorder, open_recorder
 from voxwire.clock import SYSTEM_CLOCK, Clock
-from voxwire.sansio import Close, SendText
+from voxwire.errors import SessionClosed, VoxwireError
+from voxwire.link import Keepalive, Link, Outbound, Overflow, Put
+from voxwire.sansio import Close, Ignored, SendText
 
 __all__ = [
     "Accept",
@@ -169,11 +181,7 @@ SessionHandler: TypeAlias = Callable[["AgentSession"], Awaitable[None]]
 """Runs one call: iterates its events and sends commands."""
 
 
-class SessionClosed(ConnectionError):
-    """The call's link is closed or parked: nothing can be sent now."""
-
-
-class CommandFailed(Exception):
+class CommandFailed(VoxwireError):
     """The server answered a command with ``ok: false`` (``code`` is the protocol's code)."""
 
     def __init__(self, code: str, message: str) -> None:
@@ -195,7 +203,7 @@ class CommandTimeout(CommandFailed, TimeoutError):
         self.command_id = command_id
 
 
-class ToolError(Exception):
+class ToolError(VoxwireError):
     """Raise from a tool to fail it with this text as the error the LLM gets."""
 
 
@@ -237,12 +245,14 @@ def is_loopback(host: str) -> bool:
     return address.is_loopback
 
 
-class _Link:
-    """One connection of a call: its socket, its core, and the call's recorder."""
+class _Connection:
+    """One connection of a call: its socket, its way out, its core, and the call's recorder."""
 
-    __slots__ = ("capture", "core", "recorder", "timer", "wake", "ws")
+    __slots__ = ("capture", "core", "out", "recorder", "timer", "wake", "ws")
 
-    def __init__(self, ws: ServerConnection, core: AgentCore) -> None:
+    def __init__(
+        self, ws: ServerConnection, core: AgentCore, way_out: Callable[[_Connection], Link]
+    ) -> None:
         self.ws = ws
         self.core = core
         self.wake = asyncio.Event()
@@ -250,6 +260,8 @@ class _Link:
         self.recorder: Recorder | None = None
         self.capture: CaptureWriter | None = None
         """The capture file opened for a new call (its session closes it at the call's end)."""
+        self.out = way_out(self)
+        """Every write goes here: one queue, one writer, the keepalive, the close."""
 
 
 class AgentSession:
@@ -275,7 +287,7 @@ class AgentSession:
         self._server = server
         self._buffer: EventBuffer[SessionEvent] = EventBuffer(server.event_queue)
         self._ready = asyncio.Event()
-        self._link: _Link | None = None
+        self._link: _Connection | None = None
         self._next_id = 0
         self._pending: dict[str, asyncio.Future[CommandResult]] = {}
         self._tools: dict[int, tuple[asyncio.Task[None], ToolContext]] = {}
@@ -351,7 +363,9 @@ class AgentSession:
         if timeout is None:
             timeout = self._server.command_timeout
             if isinstance(command, End | Transfer):
-                timeout += 35.0 if isinstance(command, End) else 50.0
+                timeout += (
+                    END_COMMAND_EXTRA_MS if isinstance(command, End) else TRANSFER_COMMAND_EXTRA_MS
+                ) / 1000
         clock = self._server.clock
         actions = link.core.send_command(command, clock.now(), timeout)
         future: asyncio.Future[CommandResult] = asyncio.get_running_loop().create_future()
@@ -565,7 +579,9 @@ class AgentServer:
             process_request=self._check_request,
             compression=None,
             max_size=MAX_MESSAGE_BYTES,
-            open_timeout=self.clock.real_seconds(self.handshake_timeout) + 3.0,
+            ping_interval=None,
+            open_timeout=self.clock.real_seconds(self.handshake_timeout)
+            + SDK_UPGRADE_SLACK_MS / 1000,
             logger=websockets_logger(f"{__name__}.websockets"),
         )
         if is_loopback(self.host):
@@ -593,7 +609,7 @@ class AgentServer:
         tasks = [t for t in self._tasks if not t.done()]
         if tasks:
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(1.0):
+                async with asyncio.timeout(SDK_SHUTDOWN_GRACE_MS / 1000):
                     await asyncio.gather(*tasks, return_exceptions=True)
         for task in self._tasks:
             task.cancel()
@@ -629,7 +645,36 @@ class AgentServer:
         core = AgentCore(
             self.clock.now(), versions=self.versions, handshake_timeout=self.handshake_timeout
         )
-        link = _Link(ws, core)
+        link = _Connection(ws, core, self._open_link)
+        try:
+            await self._serve(link)
+        finally:
+            await link.out.stop()
+
+    def _open_link(self, link: _Connection) -> Link:
+        """The connection's way out: everything the agent sends is control (never dropped),
+        one writer drains it under the write timeout, the keepalive of the spec."""
+
+        def record(data: str | bytes) -> None:
+            if link.recorder is not None:  # known once the session.start was read
+                link.recorder.record("agent", data)
+
+        return Link(
+            link.ws,
+            Outbound(event_bound=self.event_queue, overflow=Overflow.DROP),
+            clock=self.clock,
+            drain_timeout=self.write_timeout,
+            keepalive=Keepalive(
+                ping_interval=PING_INTERVAL_MS / 1000,
+                silence_timeout=SILENCE_TIMEOUT_MS / 1000,
+                now=self.clock.now(),
+            ),
+            close_timeout=SDK_CLOSE_TIMEOUT_MS / 1000,
+            record=record,
+            name=f"brisvox agent link {link.ws.id}",
+        )
+
+    async def _serve(self, link: _Connection) -> None:
         session = await self._handshake(link)
         if session is None:
             if link.capture is not None:  # a call not taken
@@ -637,7 +682,8 @@ class AgentServer:
             return
         link.timer = self._spawn(self._timer(link, session), f"brisvox-timer-{session.id}")
         try:
-            async for raw in ws:
+            async for raw in link.ws:
+                link.out.heard()
                 now = self.clock.now()
                 if link.recorder is not None:
                     link.recorder.record("server", raw)
@@ -654,11 +700,12 @@ class AgentServer:
             if session._ended:
                 session._close_capture()
 
-    async def _handshake(self, link: _Link) -> AgentSession | None:
+    async def _handshake(self, link: _Connection) -> AgentSession | None:
         core = link.core
         try:
             async with asyncio.timeout(self._real_until(core.next_deadline())):
                 raw = await link.ws.recv()
+            link.out.heard()
         except TimeoutError:
             await self._perform(link, core.tick(float("inf")))
             return None
@@ -747,7 +794,9 @@ class AgentServer:
             resume=self.resume,
         )
 
-    async def _resume(self, link: _Link, start: SessionStart, version: int) -> AgentSession | None:
+    async def _resume(
+        self, link: _Connection, start: SessionStart, version: int
+    ) -> AgentSession | None:
         core, now = link.core, self.clock.now()
         session = self._sessions.get(start.session_id)
         if (
@@ -770,13 +819,13 @@ class AgentServer:
             log.warning("session %s: the resumption's accept was not written: %s", session.id, exc)
             return None  # still parked, with the same deadline
         if session._ended:
-            await self._close(link.ws, 1000, "the call ended")
+            await self._perform(link, [Close(CloseCode.NORMAL, "the call ended")])
             return None
         self._registry.live(session.id)
         old = session._link
         if old is not None:  # a half-open link: the resumption takes the call over
             self._wind_down(session, old, "superseded by a resumed link")
-            self._spawn(self._close(old.ws, 1000, "superseded by a resumed link"), "brisvox-close")
+            old.out.close(CloseCode.NORMAL, "superseded by a resumed link")
         seen_seq = old.core.last_seq if old is not None else session._seen_seq
         session._link = link
         session.version = version
@@ -799,7 +848,7 @@ class AgentServer:
         return session
 
     def _handle_outputs(
-        self, session: AgentSession, link: _Link, outputs: list[AgentOutput]
+        self, session: AgentSession, link: _Connection, outputs: list[AgentOutput]
     ) -> None:
         for out in outputs:
             if isinstance(out, EventReceived):
@@ -819,6 +868,8 @@ class AgentServer:
                 future = session._pending.get(out.command_id)
                 if future is not None and not future.done():
                     future.set_exception(CommandTimeout(out.command_id, out.timeout))
+            elif isinstance(out, SendText):  # an answer the core makes itself
+                self._queue(link, out)
             elif isinstance(out, Ignored):
                 log.debug("session %s: ignored %s", session.id, out.what)
             elif isinstance(out, BadMessage):
@@ -826,7 +877,7 @@ class AgentServer:
             else:  # the handshake's outputs cannot come once the link is open
                 raise AssertionError(f"unexpected core output {out!r}")
 
-    async def _timer(self, link: _Link, session: AgentSession) -> None:
+    async def _timer(self, link: _Connection, session: AgentSession) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._real_until(link.core.next_deadline())):
@@ -836,7 +887,7 @@ class AgentServer:
 
     # -- tools ----------------------------------------------------------------------------------
 
-    def _start_tool(self, session: AgentSession, link: _Link, call: ToolCall) -> None:
+    def _start_tool(self, session: AgentSession, link: _Connection, call: ToolCall) -> None:
         ctx = ToolContext(call, session)
         task = self._spawn(self._run_tool(link, ctx), f"brisvox-tool-{call.name}-{call.id}")
         session._tools[call.id] = (task, ctx)
@@ -852,7 +903,7 @@ class AgentServer:
         if cancel.call.kind is ToolKind.READ_ONLY:
             task.cancel()
 
-    async def _run_tool(self, link: _Link, ctx: ToolContext) -> None:
+    async def _run_tool(self, link: _Connection, ctx: ToolContext) -> None:
         call = ctx.call
         tool = self.tools.get(call.name)
         reply: ToolResult
@@ -882,7 +933,7 @@ class AgentServer:
         with contextlib.suppress(SessionClosed):
             await self._perform(link, outputs)
 
-    def _wind_down(self, session: AgentSession, link: _Link, reason: str) -> None:
+    def _wind_down(self, session: AgentSession, link: _Connection, reason: str) -> None:
         """A link is gone: commands fail, running tools hear ``link_closed``; read_only tools
         stop now, side_effect ones get ``side_effect_grace`` to finish."""
         if session._link is link:
@@ -891,7 +942,7 @@ class AgentServer:
         link.core.closed()
         session._fail_pending(reason)
         for task, ctx in list(session._tools.values()):
-            ctx.cancel_reason = ctx.cancel_reason or "link_closed"
+            ctx.cancel_reason = ctx.cancel_reason or LINK_CLOSED_REASON
             ctx.cancelled.set()
             if ctx.call.kind is ToolKind.READ_ONLY:
                 task.cancel()
@@ -904,7 +955,7 @@ class AgentServer:
                 await asyncio.shield(task)
         task.cancel()
 
-    def _link_lost(self, session: AgentSession, link: _Link, reason: str) -> None:
+    def _link_lost(self, session: AgentSession, link: _Connection, reason: str) -> None:
         if session._link is not link:
             return  # a resumption took the call over
         self._wind_down(session, link, reason)
@@ -947,34 +998,32 @@ class AgentServer:
         except Exception:
             log.exception("session %s: on_session raised", session.id)
 
-    async def _perform(self, link: _Link, outputs: Sequence[AgentOutput]) -> None:
-        """Write and close as the core asks; a write over the write timeout drops the link."""
+    async def _perform(self, link: _Connection, outputs: Sequence[AgentOutput]) -> None:
+        """Queue the writes the core asks for; after a close, wait until it was written (the
+        link's close timeout bounds it). Raises SessionClosed when the link no longer takes
+        writes (it went down or is closing)."""
+        closing = False
         for out in outputs:
             if isinstance(out, SendText):
-                text = out.data.decode()
-                if link.recorder is not None:
-                    link.recorder.record("agent", text)
-                try:
-                    async with asyncio.timeout(self.clock.real_seconds(self.write_timeout)):
-                        await link.ws.send(text)
-                except TimeoutError:
-                    link.ws.transport.abort()
-                    raise SessionClosed("a write timed out; the link is down") from None
-                except ConnectionClosed as exc:
-                    raise SessionClosed(f"the link closed: {exc}") from None
+                self._queue(link, out)
             elif isinstance(out, Close):
-                await self._close(link.ws, out.code, out.reason)
+                link.out.close(out.code, out.reason)
+                closing = True
             elif isinstance(out, HandshakeFailed):
                 log.warning("handshake failed: %s", out.reason)
             elif isinstance(out, BadMessage):
                 log.warning("%s", out.error)
             elif isinstance(out, Ignored):
                 log.debug("ignored %s", out.what)
+        if closing:
+            await link.out.wait_closed()
 
-    async def _close(self, ws: ServerConnection, code: int, reason: str) -> None:
-        with contextlib.suppress(TimeoutError, ConnectionClosed, OSError):
-            async with asyncio.timeout(2.0):
-                await ws.close(code, reason)
+    @staticmethod
+    def _queue(link: _Connection, frame: SendText) -> None:
+        put = link.out.control(frame)
+        if put is not Put.QUEUED:
+            reason = link.out.down.reason if link.out.down else "the link is closing"
+            raise SessionClosed(f"nothing more can be sent: {reason}")
 
     def _real_until(self, deadline: float | None) -> float | None:
         if deadline is None:

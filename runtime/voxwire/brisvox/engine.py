@@ -3,7 +3,10 @@
 The engine connects out to the agent, one link per call, under the document's rules: the
 plaintext host rule (:func:`voxwire.hosts.check_url`), the private CA bundle, the bearer token,
 2 s to connect and 2 s to handshake, a ping every 10 s and the link down after 30 s of silence,
-2 s per write, 1 s to close, and reconnecting with backoff for an agent that declared resume.
+2 s per drain of the outbound queue, 1 s to close, and reconnecting with backoff for an agent
+that declared resume. Each connection's writes go through one :class:`voxwire.link.Link`:
+control messages first and never dropped, events bounded and counted (``events.lost``) when
+the agent falls behind, one writer, and the link taken down visibly when anything fails.
 
 ```text
 config = load_config()                               # BRISVOX_AGENT_* and [agent_link]
@@ -27,6 +30,7 @@ import logging
 import os
 import re
 import ssl as ssl_module
+import stat
 import tomllib
 from collections.abc import AsyncIterator, Awaitable, Generator, Mapping
 from dataclasses import dataclass, field
@@ -52,19 +56,16 @@ from voxwire.brisvox.constants import (
     MAX_SIP_USER_PART_LENGTH,
     RECONNECT_WINDOW_MS,
 )
-from voxwire.brisvox.core import (
+from voxwire.brisvox.engine_core import (
     AgentAccepted,
-    BadMessage,
+    CloseAfter,
     CommandReceived,
     EngineCore,
     EngineOutput,
     EngineState,
-    Event,
-    HandshakeFailed,
-    Ignored,
     LinkDown,
     LinkSettings,
-    SendPing,
+    SendEvent,
     ToolCallQueued,
     ToolFinished,
     ToolOverdue,
@@ -74,14 +75,19 @@ from voxwire.brisvox.messages import (
     CallIdentity,
     Capabilities,
     ErrorEvent,
+    Event,
     SessionAccept,
     SessionUsage,
     ToolCancelReason,
 )
+from voxwire.brisvox.outputs import BadMessage, HandshakeFailed
 from voxwire.capture import Record, open_recorder
 from voxwire.clock import SYSTEM_CLOCK, Clock
+from voxwire.errors import ConfigError
 from voxwire.hosts import CheckedURL, check_url
-from voxwire.sansio import Close
+from voxwire.link import Keepalive, Link, Outbound, Overflow
+from voxwire.link import LinkDown as WireDown
+from voxwire.sansio import Close, Ignored, SendText
 
 __all__ = [
     "AgentLinkConfig",
@@ -112,10 +118,6 @@ _FALSE: Final = frozenset({"", "0", "false", "no", "off"})
 
 
 # -- configuration ------------------------------------------------------------------------------
-
-
-class ConfigError(ValueError):
-    """The agent link's configuration is wrong; the message names the setting."""
 
 
 class CABundleError(ConfigError):
@@ -232,16 +234,24 @@ def load_config(
 def load_ca_bundle(path: str | Path) -> ssl_module.SSLContext:
     """A TLS context with the default roots plus the private CA bundle at ``path``.
 
-    The bundle must hold 1 to 16 PEM certificates in at most 256 KiB, counted by this scan
-    (OpenSSL would accept more); a missing, empty or malformed file raises
-    :class:`CABundleError`.
+    The bundle must be a regular file holding 1 to 16 PEM certificates in at most 256 KiB,
+    counted by this scan (OpenSSL would accept more); a missing, empty or malformed file, or
+    anything but a regular file (a FIFO would block the startup forever, a device never end),
+    raises :class:`CABundleError`.
     """
     where = f"{AGENT_TLS_CA_ENV} {path}"
     try:
-        with open(path, "rb") as file:
-            data = file.read(CA_BUNDLE_MAX_BYTES + 1)
+        # Opened without blocking (a FIFO would wait for a writer), then judged by what it is.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            regular = stat.S_ISREG(os.fstat(fd).st_mode)
+            data = _read_at_most(fd, CA_BUNDLE_MAX_BYTES + 1) if regular else b""
+        finally:
+            os.close(fd)
     except OSError as exc:
         raise CABundleError(f"{where}: cannot be read: {exc.strerror}") from None
+    if not regular:
+        raise CABundleError(f"{where}: not a regular file")
     if len(data) > CA_BUNDLE_MAX_BYTES:
         raise CABundleError(f"{where}: larger than {CA_BUNDLE_MAX_BYTES} bytes")
     count = _count_pem_certificates(data, where)
@@ -253,6 +263,14 @@ def load_ca_bundle(path: str | Path) -> ssl_module.SSLContext:
     except ssl_module.SSLError as exc:
         raise CABundleError(f"{where}: not a valid certificate bundle: {exc.reason}") from None
     return context
+
+
+def _read_at_most(fd: int, size: int) -> bytes:
+    chunks: list[bytes] = []
+    while size > 0 and (chunk := os.read(fd, size)):
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
 
 
 def _count_pem_certificates(data: bytes, where: str) -> int:
@@ -459,17 +477,14 @@ class EngineLink:
             call=call if target.caller_identity else None,
             settings=self.settings,
         )
-        self.pings = 0
-        """Pings sent over the call's life."""
-        self.pongs = 0
-        """Pongs received over the call's life."""
         self.reconnects = 0
         """Links taken up again after a loss."""
         self._ssl = ssl
         self._ws: ClientConnection | None = None
+        self._link: Link | None = None
+        self._done = _Counts()
         self._notices: asyncio.Queue[LinkNotice | None] = asyncio.Queue()
         self._tools: dict[int, asyncio.Future[ToolFinished]] = {}
-        self._writable = asyncio.Event()
         self._tick = asyncio.Event()
         self._changed = asyncio.Event()
         self._retry_at: float | None = None
@@ -497,6 +512,28 @@ class EngineLink:
         """Whether the call goes on without the agent for good."""
         return self.core.state is EngineState.GONE
 
+    @property
+    def pings(self) -> int:
+        """Pings sent over the call's life."""
+        return self._done.pings + (self._link.pings if self._link is not None else 0)
+
+    @property
+    def pongs(self) -> int:
+        """Pongs received over the call's life."""
+        return self._done.pongs + (self._link.pongs if self._link is not None else 0)
+
+    @property
+    def events_lost(self) -> int:
+        """Events the agent never got over the call's life: dropped by a full queue (the agent
+        fell behind) or sent while no link was up; each reported to it in ``events.lost``."""
+        queued = self._link.outbound.lost_total if self._link is not None else 0
+        return self._done.lost + queued + self.core.outage_lost_total
+
+    @property
+    def pending(self) -> bool:
+        """Whether the current link has messages waiting to be written."""
+        return self._link is not None and self._link.outbound.pending
+
     # -- the call's life ------------------------------------------------------------------------
 
     async def start(self) -> bool:
@@ -519,17 +556,24 @@ class EngineLink:
             yield notice
 
     def send_event(self, event: Event | ErrorEvent) -> None:
-        """Queue an event for the agent (seq and t_ms are stamped when written; pass 0)."""
+        """Queue an event for the agent (seq and t_ms are stamped when written; pass 0).
+
+        Raises ``brisvox.ProtocolError`` (nothing queued, the link unharmed) when it breaks a
+        rule."""
         self._apply(self.core.send_event(event, self.clock.now()))
 
     def answer(self, received: CommandReceived, *, error: tuple[str, str] | None = None) -> None:
-        """Answer a command the agent sent: ok, or ``(code, message)``."""
+        """Answer a command the agent sent: ok, or ``(code, message)``. Raises
+        ``brisvox.ProtocolError`` (nothing queued) when the answer breaks a rule."""
         self._apply(self.core.answer(received, error=error))
 
     def call_tool(
         self, name: str, arguments: dict[str, Any], *, call_id: str, epoch: int
     ) -> PendingTool:
-        """Ask the agent to run a declared tool; await the returned :class:`PendingTool`."""
+        """Ask the agent to run a declared tool; await the returned :class:`PendingTool`.
+
+        Raises ``brisvox.ProtocolError`` (nothing queued) when the call breaks a rule (its
+        arguments too large or not JSON)."""
         future: asyncio.Future[ToolFinished] = asyncio.get_running_loop().create_future()
         outputs = self.core.call_tool(
             name, arguments, call_id=call_id, epoch=epoch, now=self.clock.now()
@@ -556,14 +600,13 @@ class EngineLink:
         all bounded by the close timeout."""
         self._ended = True
         self._apply(self.core.end_call(reason, self.clock.now(), usage))
-        ws = self._ws
-        if ws is not None and self.core.state is EngineState.ENDING:
-            with contextlib.suppress(TimeoutError):
+        link = self._link
+        if link is not None and self.core.state is EngineState.ENDING:
+            try:
                 async with asyncio.timeout(self._real(self.settings.close_timeout)):
-                    while not self.core.finished and self.core.state is EngineState.ENDING:
-                        self._changed.clear()
-                        await self._changed.wait()
-            await self._close_ws(ws, 1000, reason)
+                    await link.wait_closed()
+            except TimeoutError:
+                link.abort("the call's end was not written within the close timeout")
         await self.close()
 
     async def close(self) -> None:
@@ -628,17 +671,54 @@ class EngineLink:
             self._apply(self.core.connect_failed(self.clock.now(), reason))
             return None
         self._ws = ws
+        self._link = self._open_link(ws)
         self._apply(self.core.connected(self.clock.now()))
         return ws
 
+    def _open_link(self, ws: ClientConnection) -> Link:
+        """The connection's way out: control first, events bounded and counted, stamped with
+        seq and t_ms as the writer takes them, the keepalive of the spec."""
+        settings, number, now = self.settings, self.core.link + 1, self.clock.now()
+        outbound = Outbound(
+            event_bound=settings.event_queue,
+            overflow=Overflow.DROP,
+            control_first=True,
+            report_lost=self.core.events_lost,
+            stamp=self.core.stamp,
+        )
+        recorder = self._recorder
+        return Link(
+            ws,
+            outbound,
+            clock=self.clock,
+            drain_timeout=settings.write_timeout,
+            keepalive=Keepalive(
+                ping_interval=settings.ping_interval,
+                silence_timeout=settings.silence_timeout,
+                now=now,
+            ),
+            close_timeout=settings.close_timeout,
+            on_down=lambda down: self._link_down(number, down),
+            record=(lambda data: recorder.record("server", data)) if recorder else None,
+            name=f"agent {self.target.url.redacted}",
+        )
+
+    def _link_down(self, number: int, down: WireDown) -> None:
+        """The link went down under the writer (drain timeout, silence, a failed write): the
+        core's link-down path, then reconnecting or the fallback."""
+        if self.core.link == number:
+            self._apply(self.core.link_lost(self.clock.now(), down.reason))
+
     async def _serve(self, ws: ClientConnection) -> None:
-        """Run one connection to its end: a writer and a timer beside this reader."""
-        link = self.core.link
-        writer = self._spawn(self._write(ws, link))
-        timer = self._spawn(self._timer(link))
+        """Run one connection to its end: the link's writer and keepalive and a timer beside
+        this reader."""
+        number, link = self.core.link, self._link
+        assert link is not None
+        timer = self._spawn(self._timer(number))
         reason = "closed"
         try:
             async for raw in ws:
+                link.heard()
                 now = self.clock.now()
                 if self._recorder is not None:
                     self._recorder.record("agent", raw)
@@ -649,36 +729,18 @@ class EngineLink:
         except ConnectionClosed as exc:
             reason = str(exc)
         finally:
-            writer.cancel()
             timer.cancel()
+            await link.stop()
+            self._done.add(link)
             for task in list(self._link_tasks):
                 task.cancel()
-            if self.core.link == link:
-                self._apply(self.core.connection_lost(self.clock.now(), reason))
+            if self.core.link == number:
+                self._apply(self.core.link_lost(self.clock.now(), reason))
             self._ws = None
+            self._link = None
 
-    async def _write(self, ws: ClientConnection, link: int) -> None:
-        while True:
-            await self._writable.wait()
-            self._writable.clear()
-            while self.core.link == link and (data := self.core.next_write(self.clock.now())):
-                text = data.decode()
-                if self._recorder is not None:
-                    self._recorder.record("server", text)
-                try:
-                    async with asyncio.timeout(self._real(self.settings.write_timeout)):
-                        await ws.send(text)
-                except TimeoutError:
-                    log.warning("agent %s: a write timed out", self.target.url.redacted)
-                    self._apply(self.core.connection_lost(self.clock.now(), "a write timed out"))
-                    ws.transport.abort()
-                    return
-                except ConnectionClosed:
-                    return
-                self._changed.set()
-
-    async def _timer(self, link: int) -> None:
-        while self.core.link == link:
+    async def _timer(self, number: int) -> None:
+        while self.core.link == number:
             deadline = self.core.next_deadline()
             with contextlib.suppress(TimeoutError):
                 wait = None if deadline is None else self._real(deadline - self.clock.now())
@@ -687,27 +749,23 @@ class EngineLink:
             self._apply(self.core.tick(self.clock.now()))
             self._tick.clear()  # after: the loop reads the deadline again anyway
 
-    async def _ping(self, ws: ClientConnection) -> None:
-        try:
-            async with asyncio.timeout(self._real(self.settings.write_timeout)):
-                pong = await ws.ping()
-            self.pings += 1
-            await pong
-        except (ConnectionClosed, TimeoutError):
-            return
-        self.pongs += 1
-        self._apply(self.core.pong(self.clock.now()))
-
     # -- the core's outputs ---------------------------------------------------------------------
 
     def _apply(self, outputs: list[EngineOutput]) -> None:
+        link = self._link
         for out in outputs:
-            if isinstance(out, Close):
-                if self._ws is not None:
-                    self._spawn(self._close_ws(self._ws, out.code, out.reason))
-            elif isinstance(out, SendPing):
-                if self._ws is not None:
-                    self._spawn(self._ping(self._ws))
+            if isinstance(out, SendText):
+                if link is not None:
+                    link.control(out)
+            elif isinstance(out, SendEvent):
+                if link is not None:
+                    link.event(SendText(out.data))
+            elif isinstance(out, CloseAfter):
+                if link is not None:
+                    link.close(out.close.code, out.close.reason, final=out.final)
+            elif isinstance(out, Close):
+                if link is not None:
+                    link.close(out.code, out.reason)
             elif isinstance(out, CommandReceived):
                 self._command(out)
             elif isinstance(out, ToolFinished):
@@ -722,8 +780,6 @@ class EngineLink:
                 log.warning("agent %s: %s", self.target.url.redacted, out.error)
             else:
                 self._notice(out)
-        if self.core.has_output:
-            self._writable.set()
         self._tick.set()
         self._changed.set()
 
@@ -769,13 +825,6 @@ class EngineLink:
 
     # -- plumbing -------------------------------------------------------------------------------
 
-    async def _close_ws(self, ws: ClientConnection, code: int, reason: str) -> None:
-        try:
-            async with asyncio.timeout(self._real(self.settings.close_timeout)):
-                await ws.close(code, reason)
-        except TimeoutError:
-            ws.transport.abort()
-
     def _real(self, seconds: float) -> float:
         return self.clock.real_seconds(max(0.0, seconds))
 
@@ -790,3 +839,17 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
         return "timed out"
     return str(exc) or type(exc).__name__
+
+
+@dataclass(slots=True)
+class _Counts:
+    """What the call's ended links did."""
+
+    pings: int = 0
+    pongs: int = 0
+    lost: int = 0
+
+    def add(self, link: Link) -> None:
+        self.pings += link.pings
+        self.pongs += link.pongs
+        self.lost += link.outbound.lost_total

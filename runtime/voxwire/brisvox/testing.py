@@ -23,18 +23,15 @@ import contextlib
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, TypeVar
 
-from voxwire.brisvox.core import (
+from voxwire.brisvox.engine import AgentTarget, EngineLink, PendingTool
+from voxwire.brisvox.engine_core import (
     AgentAccepted,
-    Command,
     CommandReceived,
-    Event,
-    HandshakeFailed,
     LinkDown,
     LinkSettings,
     ToolFinished,
     ToolOverdue,
 )
-from voxwire.brisvox.engine import AgentTarget, EngineLink, PendingTool
 from voxwire.brisvox.messages import (
     BotLlmStarted,
     BotLlmStopped,
@@ -43,6 +40,8 @@ from voxwire.brisvox.messages import (
     BotTtsText,
     CallIdentity,
     Capabilities,
+    Command,
+    Event,
     SessionAccept,
     ToolDeclaration,
     TurnBotEnded,
@@ -53,7 +52,9 @@ from voxwire.brisvox.messages import (
     UserText,
     UserTranscript,
 )
+from voxwire.brisvox.outputs import HandshakeFailed
 from voxwire.clock import SYSTEM_CLOCK, Clock
+from voxwire.errors import HandshakeError
 from voxwire.hosts import check_url
 
 __all__ = ["AgentCall", "AgentRefused"]
@@ -64,7 +65,7 @@ WAIT: float = 5.0
 """Default real seconds :meth:`AgentCall.expect` waits."""
 
 
-class AgentRefused(AssertionError):
+class AgentRefused(HandshakeError, AssertionError):
     """The agent did not take the call (it rejected it, or the handshake failed)."""
 
 

@@ -13,8 +13,9 @@ import time
 from typing import Any, TypeVar
 
 from voxwire import brisvox
-from voxwire.brisvox.core import CommandReceived, Event, ToolOutcome
 from voxwire.brisvox.engine import AgentTarget, EngineLink
+from voxwire.brisvox.engine_core import CommandReceived, ToolOutcome
+from voxwire.brisvox.messages import Event
 from voxwire.capture import Record
 from voxwire.demo import DemoFailed
 from voxwire.demo.luigi import Luigi

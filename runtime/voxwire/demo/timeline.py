@@ -47,17 +47,21 @@ _FIRST = (
     "id",
     "re",
 )
-_DETAILS_WIDTH = 76
 _VALUE_WIDTH = 44
+_MIN_DETAILS = 20
 _PARTIES = {"brisvox": ("engine", "agent"), "ovp": ("gateway", "client")}
 
 
 @dataclass(frozen=True, slots=True)
 class Style:
-    """How to print: ANSI colours or none, Unicode symbols or ASCII ones."""
+    """How to print: ANSI colours or none, Unicode symbols or ASCII ones, and in how many columns.
+
+    A message's line is cut to ``width`` (its key fields, while they fit).
+    """
 
     color: bool
     unicode: bool
+    width: int = 80
 
     def paint(self, text: str, code: str) -> str:
         """``text`` in the SGR ``code`` (``"1"`` bold, ``"36"`` cyan...) when colouring."""
@@ -149,9 +153,7 @@ class Timeline:
         try:
             message: Any = self._decode(data, sender)
         except ProtocolError as exc:
-            self._print(
-                f"{t:7.3f}s  {self._arrow(sender)}        {self._style.paint(str(exc), '31')}"
-            )
+            self._print(f"{t:7.3f}s  {self._arrow(sender)}        {exc}", "31")
             return
         self._line(t, sender, message)
         self._measure(t, message)
@@ -173,24 +175,20 @@ class Timeline:
         """The call's title and what the arrows mean."""
         server, peer = self._names[self.server], self._names[self.peer]
         style = self._style
-        self._print(style.paint(f"{self.protocol}: one call, {server} and {peer} on loopback", "1"))
-        self._print(
-            style.paint(
-                f"  {style.right} {server} to {peer}    {style.left} {peer} to {server}", "2"
-            )
-        )
+        self._print(f"{self.protocol}: one call, {server} and {peer} on loopback", "1")
+        self._print(f"  {style.right} {server} to {peer}    {style.left} {peer} to {server}", "2")
 
     def step(self, title: str) -> None:
         """A heading: the call's next step."""
         self._flush_frames()
-        self._print(self._style.paint(f"{self._style.rule * 2} {title} ", "1;33"))
+        self._print(f"{self._style.rule * 2} {title} ", "1;33")
 
     def summary(self, handshake: float, what: str) -> None:
         """Messages, frames and bytes each way, the handshake (``what`` it spans, ``handshake``
         seconds) and the round trips measured."""
         self._flush_frames()
         style = self._style
-        self._print(style.paint("summary", "1"))
+        self._print("summary", "1")
         for sender in (self.server, self.peer):
             other = self.peer if sender == self.server else self.server
             way = f"{self._names[sender]} {style.right} {self._names[other]}"
@@ -202,15 +200,17 @@ class Timeline:
         self._print(f"  {'handshake':<20} {handshake * 1000:.1f} ms ({what})")
         for index, (what, seconds) in enumerate(self.latencies):
             label = "round trips" if index == 0 else ""
-            self._print(f"  {label:<20} {what}: {seconds * 1000:.1f} ms")
+            self._print(f"  {label:<20} {seconds * 1000:5.1f} ms  {what}")
 
     def _line(self, t: float, sender: str, message: Any) -> None:
         seq = getattr(message, "seq", None)
         shown = f"{seq:>4}" if isinstance(seq, int) else "    "
         color = "36" if sender == self.server else "32"
+        head = f"{t:7.3f}s  {self._arrow(sender)}  {shown}  {message.type:<24} "
         kind = self._style.paint(f"{message.type:<24}", color)
-        details = _details(message, self._style.ellipsis)
-        self._print(f"{t:7.3f}s  {self._arrow(sender)}  {shown}  {kind} {details}")
+        room = max(self._style.width - len(head) - 1, _MIN_DETAILS)
+        details = _details(message, self._style.ellipsis, room)
+        print(f"{t:7.3f}s  {self._arrow(sender)}  {shown}  {kind} {details}", file=self._out)
 
     def _flush_frames(self) -> None:
         up, down = self._unprinted[self.peer], self._unprinted[self.server]
@@ -220,14 +220,18 @@ class Timeline:
             f"{count} audio frames {way}" for count, way in ((up, "up"), (down, "down")) if count
         ]
         dots = self._style.ellipsis
-        self._print(self._style.paint(f"{'':>17}{dots} {', '.join(parts)} {dots}", "2"))
+        self._print(f"{'':>17}{dots} {', '.join(parts)} {dots}", "2")
         self._unprinted.clear()
 
     def _arrow(self, sender: str) -> str:
         return self._style.right if sender == self.server else self._style.left
 
-    def _print(self, line: str) -> None:
-        print(line, file=self._out)
+    def _print(self, line: str, code: str | None = None) -> None:
+        """One line, cut to the style's width, in the SGR ``code`` if any."""
+        style = self._style
+        if len(line) > style.width:
+            line = line[: style.width - len(style.ellipsis)] + style.ellipsis
+        print(style.paint(line, code) if code else line, file=self._out)
 
     # -- latencies ------------------------------------------------------------------------------
 
@@ -245,8 +249,8 @@ class Timeline:
                 self._open[(trip.reply, key)] = (t, f"{what} {self._style.right} {trip.reply}")
 
 
-def _details(message: Any, ellipsis: str) -> str:
-    """The message's key fields, most telling first, within one line."""
+def _details(message: Any, ellipsis: str, room: int) -> str:
+    """The message's key fields, most telling first, in at most ``room`` characters."""
     fields = [
         (name, value)
         for name, value in msgspec.structs.asdict(message).items()
@@ -256,30 +260,35 @@ def _details(message: Any, ellipsis: str) -> str:
     parts: list[str] = []
     width = 0
     for name, value in fields:
-        shown = _brief(value, ellipsis)
+        label = f"{name.rstrip('_')}="
+        shown = _brief(value, ellipsis, min(_VALUE_WIDTH, room - width - len(label)))
         if shown is None:
             continue
-        part = f"{name.rstrip('_')}={shown}"
-        if parts and width + len(part) > _DETAILS_WIDTH:
+        part = label + shown
+        if width + len(part) > room:
             break
         parts.append(part)
         width += len(part) + 1
     return " ".join(parts)
 
 
-def _brief(value: Any, ellipsis: str) -> str | None:
-    """A short form of one field's value, or None for what a line cannot show."""
+def _brief(value: Any, ellipsis: str, room: int) -> str | None:
+    """A form of one field's value in ``room`` characters, or None for what a line cannot show."""
     if isinstance(value, enum.Enum):
         value = value.value
     if isinstance(value, msgspec.Struct):
         name = getattr(value, "name", None)
-        return _brief(name, ellipsis) if isinstance(name, str) else None
+        return _brief(name, ellipsis, room) if isinstance(name, str) else None
     if isinstance(value, list) and value and all(isinstance(v, msgspec.Struct) for v in value):
         names = [getattr(item, "name", None) for item in value]
         if all(isinstance(name, str) for name in names):
-            return ",".join(str(name) for name in names)
-        return f"[{len(value)} items]"
-    if isinstance(value, str | bool | int | float | dict | list):
+            text = ",".join(str(name) for name in names)
+        else:
+            text = f"[{len(value)} items]"
+    elif isinstance(value, str | bool | int | float | dict | list):
         text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
-        return text if len(text) <= _VALUE_WIDTH else text[: _VALUE_WIDTH - 1] + ellipsis
-    return None
+    else:
+        return None
+    if len(text) <= room:
+        return text
+    return text[: room - len(ellipsis)] + ellipsis if room > len(ellipsis) else None

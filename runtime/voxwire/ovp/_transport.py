@@ -82,7 +82,8 @@ class LinkWriter:
     returned first is written first, whatever task posts next. What is queued when the writer
     wakes must be written within ``write_timeout`` (clock seconds), all of it: a slower drain,
     or a queue that overflows, aborts the connection, and its reader then sees it drop.
-    ``record`` is called with each message as it is written.
+    ``record`` is called with each message as it is written, ``written`` after each drain with
+    the number of text messages it wrote.
     """
 
     def __init__(
@@ -92,9 +93,11 @@ class LinkWriter:
         *,
         write_timeout: float,
         record: Callable[[str | bytes], None] | None = None,
+        written: Callable[[int], None] | None = None,
     ) -> None:
         self.ws = ws
         self._record = record
+        self._written = written
         self._timeout = clock.real_seconds(write_timeout)
         self._pending: deque[Action] = deque()
         self._ready = asyncio.Event()
@@ -128,6 +131,7 @@ class LinkWriter:
                 await ready.wait()
                 ready.clear()
                 # Everything queued by now is written within one write_timeout.
+                texts = 0
                 async with asyncio.timeout(self._timeout):
                     while pending:
                         action = pending.popleft()
@@ -138,6 +142,9 @@ class LinkWriter:
                         if self._record is not None:
                             self._record(data)
                         await ws.send(data)
+                        texts += isinstance(data, str)
+                if texts and self._written is not None:
+                    self._written(texts)
         except TimeoutError:
             self.abort()
         except ConnectionClosed:

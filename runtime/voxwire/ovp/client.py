@@ -34,6 +34,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
+from http import HTTPStatus
 from typing import Any, Final, TypeVar
 from urllib.parse import quote
 
@@ -67,6 +68,14 @@ from voxwire.ovp import (
     SessionEnd,
     SessionStart,
 )
+from voxwire.ovp._session import (
+    AudioIn,
+    Ignored,
+    Sent,
+    SessionOver,
+    SessionStateError,
+    check_session_id,
+)
 from voxwire.ovp._transport import (
     MAX_FRAME_SIZE,
     Inbox,
@@ -74,18 +83,12 @@ from voxwire.ovp._transport import (
     install_token_redaction,
     redact_tokens,
 )
-from voxwire.ovp.core import (
-    AudioIn,
+from voxwire.ovp.client_core import (
     ClientCore,
     ClientOutput,
     Dropped,
-    Ignored,
     Rejected,
-    Sent,
     ServerEvent,
-    SessionOver,
-    SessionStateError,
-    check_session_id,
 )
 from voxwire.sansio import Close, SendBinary, SendText
 
@@ -117,6 +120,7 @@ _OFFERED: Final = [Subprotocol(SUBPROTOCOL)]
 _FRAME_S: Final = FRAME_MS / 1000
 _RECONNECT_FIRST_S: Final = 0.05
 _RECONNECT_MAX_S: Final = 2.0
+_PASSING_STATUS: Final = frozenset({HTTPStatus.REQUEST_TIMEOUT, HTTPStatus.TOO_MANY_REQUESTS})
 
 
 class HandshakeError(Exception):
@@ -563,8 +567,10 @@ class OVPClient:
                 reason = str(exc) or type(exc).__name__
                 log.info("session %s: reconnect failed: %s", self.session_id, reason)
             except HandshakeError as exc:
-                log.warning("session %s: reconnect refused: %s", self.session_id, exc)
-                return None
+                if not _passing(exc):
+                    log.warning("session %s: reconnect refused: %s", self.session_id, exc)
+                    return None
+                log.info("session %s: reconnect failed: %s", self.session_id, exc)
             await clock.sleep(min(delay, max(0.0, resume_by - clock.now())))
             delay = min(2 * delay, _RECONNECT_MAX_S)
         return None
@@ -612,6 +618,14 @@ class OVPClient:
         if over is None:
             return SessionFailed(None, "the session has not started")
         return SessionFailed(over.code, over.detail)
+
+
+def _passing(refusal: HandshakeError) -> bool:
+    """Whether a refused reconnect may succeed later: a server error (5xx), a timeout (408) or
+    too many requests (429), as a gateway restarting or overloaded answers; retried like a TCP
+    refusal until the window closes."""
+    status = refusal.status
+    return status is not None and (status >= 500 or status in _PASSING_STATUS)
 
 
 def _refusal(exc: InvalidStatus) -> HandshakeError:

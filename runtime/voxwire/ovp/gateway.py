@@ -66,25 +66,28 @@ from voxwire.ovp import (
     SessionPatch,
     SessionStart,
 )
+from voxwire.ovp._session import (
+    AudioIn,
+    Ignored,
+    Sent,
+    SessionOver,
+    SessionStateError,
+    check_session_id,
+)
 from voxwire.ovp._transport import (
     MAX_FRAME_SIZE,
     Inbox,
     LinkWriter,
     install_token_redaction,
 )
-from voxwire.ovp.core import (
-    AudioIn,
+from voxwire.ovp.gateway_core import (
     ClientEvent,
     GatewayCore,
     GatewayOutput,
-    Ignored,
+    GatewayState,
     LinkDropped,
     Resumed,
-    Sent,
-    SessionOver,
-    SessionStateError,
     ToLink,
-    check_session_id,
     refuse_token,
 )
 
@@ -276,7 +279,7 @@ class GatewaySession:
 
         ``session.send(ovp.TranscriptFinal, utterance_id="u1", speaker=ovp.Speaker.CALLER, ...)``.
         Raises ``TypeError`` for a wrong type or field, :class:`~voxwire.ovp.ProtocolError` for a
-        value the spec refuses, :class:`~voxwire.ovp.core.SessionStateError` outside the session.
+        value the spec refuses, ``SessionStateError`` outside the session.
         """
         return self._sent(self._core.send(kind, fields, self._clock.now()), kind)
 
@@ -382,8 +385,10 @@ class GatewaySession:
                 self._inbox.close()
                 self._wake.set()
         deadline = self._core.next_deadline()
-        if deadline is not None and deadline < self._sleeping_until:
-            self._wake.set()  # the timer sleeps past the new deadline
+        if self._core.state is GatewayState.OVER or (
+            deadline is not None and deadline < self._sleeping_until
+        ):
+            self._wake.set()  # the timer sleeps past the new deadline, or the session is over
 
     def _deliver(self, item: ClientMessage | AudioFrame) -> None:
         if not self._inbox.put(item) and self._inbox.lost in (1, 10, 100, 1000, 10000):
@@ -417,7 +422,7 @@ class GatewaySession:
     async def _run_timers(self) -> None:
         """Tick the core at its deadlines; once over, keep the id as a tombstone, then forget."""
         core, clock = self._core, self._clock
-        while core.over is None:
+        while core.state is not GatewayState.OVER:
             self._wake.clear()
             deadline = core.next_deadline()
             self._sleeping_until = math.inf if deadline is None else deadline
@@ -444,8 +449,14 @@ class GatewaySession:
         """Carry the session over one connection until it closes."""
         core, clock, recorder = self._core, self._clock, self._recorder
         record = None if recorder is None else partial(recorder.record, "server")
-        writer = LinkWriter(ws, clock, write_timeout=self._gateway.write_timeout, record=record)
         link, out = core.open_link(clock.now())
+        writer = LinkWriter(
+            ws,
+            clock,
+            write_timeout=self._gateway.write_timeout,
+            record=record,
+            written=lambda texts: self._perform(core.written(link, texts, clock.now())),
+        )
         self._links[link] = writer
         self._perform(out)
         try:
@@ -459,7 +470,10 @@ class GatewaySession:
         except ConnectionClosed:
             pass
         finally:
-            self._perform(core.link_lost(link, clock.now()))
+            protocol = ws.protocol  # the client answered our close: it read all before it
+            answered = protocol.close_sent is not None and protocol.close_rcvd is not None
+            answered = answered and protocol.close_rcvd_then_sent is False
+            self._perform(core.link_lost(link, clock.now(), answered_close=answered))
             del self._links[link]
             await writer.stop()
 

@@ -1,0 +1,298 @@
+/**
+ * A strict JSON reader that sees what `JSON.parse` hides: whether a number was written as an
+ * integer (`4` against `4.0` or `4e0`), repeated keys, lone surrogate escapes, numbers beyond
+ * the range of a double, and nesting depth. RFC 8259 exactly: no byte order mark, no comments,
+ * no trailing commas, whitespace only from its four characters.
+ */
+
+/** An integral number written with a fraction or an exponent (`4.0`, `4e0`): not a JSON integer. */
+export class FloatLiteral {
+  constructor(readonly value: number) {}
+}
+
+/** A number literal beyond the range of a double (`1e400`). */
+export class NumberOverflow {
+  constructor(readonly literal: string) {}
+}
+
+/** Why a text is not one JSON value, and where (a UTF-16 offset). */
+export class JsonSyntaxError extends Error {
+  constructor(
+    readonly reason: string,
+    readonly offset: number,
+  ) {
+    super(`${reason} at character ${offset}`);
+    this.name = "JsonSyntaxError";
+  }
+}
+
+/** Every earlier occurrence of a repeated key, per object (the value kept is the last). */
+export type Duplicates = Map<object, Map<string, unknown[]>>;
+
+export interface Parsed {
+  readonly value: unknown;
+  /** `null` when no key repeats (the common case costs nothing). */
+  readonly duplicates: Duplicates | null;
+}
+
+/** Objects are created without a prototype, so any key (`__proto__`, `constructor`) is data. */
+export type RawObject = { [key: string]: unknown };
+
+export const MAX_DEPTH = 1000;
+
+const WS = new Uint8Array(128);
+WS[0x20] = WS[0x09] = WS[0x0a] = WS[0x0d] = 1;
+
+/** Read exactly one JSON value from `text`; raise `JsonSyntaxError` if it is not one. */
+export function parseStrict(text: string, maxDepth: number = MAX_DEPTH): Parsed {
+  const reader = new Reader(text, maxDepth);
+  reader.skipWhitespace();
+  const value = reader.value(0);
+  reader.skipWhitespace();
+  if (reader.at < text.length) reader.fail("unexpected text after the value");
+  return { value, duplicates: reader.duplicates };
+}
+
+class Reader {
+  at = 0;
+  duplicates: Duplicates | null = null;
+
+  constructor(
+    readonly text: string,
+    readonly maxDepth: number,
+  ) {}
+
+  fail(reason: string): never {
+    throw new JsonSyntaxError(reason, this.at);
+  }
+
+  skipWhitespace(): void {
+    const text = this.text;
+    let at = this.at;
+    for (;;) {
+      const c = text.charCodeAt(at);
+      if (c < 128 && WS[c] === 1) at++;
+      else break;
+    }
+    this.at = at;
+  }
+
+  value(depth: number): unknown {
+    const c = this.text.charCodeAt(this.at);
+    switch (c) {
+      case 0x7b: // {
+        return this.object(depth + 1);
+      case 0x5b: // [
+        return this.array(depth + 1);
+      case 0x22: // "
+        return this.string();
+      case 0x74: // t
+        return this.word("true", true);
+      case 0x66: // f
+        return this.word("false", false);
+      case 0x6e: // n
+        return this.word("null", null);
+      default:
+        if (c === 0x2d || (c >= 0x30 && c <= 0x39)) return this.number();
+        if (Number.isNaN(c)) this.fail("unexpected end of text");
+        return this.fail(`unexpected character ${JSON.stringify(this.text[this.at])}`);
+    }
+  }
+
+  word<T>(word: string, value: T): T {
+    if (!this.text.startsWith(word, this.at)) this.fail("invalid literal");
+    this.at += word.length;
+    return value;
+  }
+
+  number(): number | FloatLiteral | NumberOverflow {
+    const text = this.text;
+    const start = this.at;
+    let at = start;
+    let integral = true;
+    if (text.charCodeAt(at) === 0x2d) at++;
+    const first = text.charCodeAt(at);
+    if (first === 0x30) {
+      at++;
+    } else if (first >= 0x31 && first <= 0x39) {
+      do at++;
+      while (isDigit(text.charCodeAt(at)));
+    } else {
+      this.at = at;
+      this.fail("a number needs a digit");
+    }
+    if (text.charCodeAt(at) === 0x2e) {
+      integral = false;
+      at++;
+      if (!isDigit(text.charCodeAt(at))) {
+        this.at = at;
+        this.fail("a fraction needs a digit");
+      }
+      do at++;
+      while (isDigit(text.charCodeAt(at)));
+    }
+    const e = text.charCodeAt(at);
+    if (e === 0x65 || e === 0x45) {
+      integral = false;
+      at++;
+      const sign = text.charCodeAt(at);
+      if (sign === 0x2b || sign === 0x2d) at++;
+      if (!isDigit(text.charCodeAt(at))) {
+        this.at = at;
+        this.fail("an exponent needs a digit");
+      }
+      do at++;
+      while (isDigit(text.charCodeAt(at)));
+    }
+    this.at = at;
+    const literal = text.slice(start, at);
+    const value = Number(literal);
+    if (!Number.isFinite(value)) return new NumberOverflow(literal);
+    if (integral) return value === 0 ? 0 : value; // -0 is the integer 0
+    return Number.isInteger(value) ? new FloatLiteral(value) : value;
+  }
+
+  string(): string {
+    const text = this.text;
+    let at = this.at + 1;
+    let start = at;
+    let out = "";
+    for (;;) {
+      const c = text.charCodeAt(at);
+      if (c === 0x22) {
+        this.at = at + 1;
+        return out + text.slice(start, at);
+      }
+      if (c === 0x5c) {
+        out += text.slice(start, at);
+        this.at = at;
+        out += this.escape();
+        at = this.at;
+        start = at;
+        continue;
+      }
+      if (c < 0x20 || Number.isNaN(c)) {
+        this.at = at;
+        this.fail(Number.isNaN(c) ? "unterminated string" : "a control character in a string");
+      }
+      at++;
+    }
+  }
+
+  /** One escape at `this.at` (the backslash); a surrogate pair of escapes is one character. */
+  escape(): string {
+    const text = this.text;
+    const kind = text[this.at + 1];
+    this.at += 2;
+    switch (kind) {
+      case '"':
+        return '"';
+      case "\\":
+        return "\\";
+      case "/":
+        return "/";
+      case "b":
+        return "\b";
+      case "f":
+        return "\f";
+      case "n":
+        return "\n";
+      case "r":
+        return "\r";
+      case "t":
+        return "\t";
+      case "u": {
+        const unit = this.hex4();
+        if (unit >= 0xd800 && unit <= 0xdbff) {
+          if (text[this.at] === "\\" && text[this.at + 1] === "u") {
+            this.at += 2;
+            const low = this.hex4();
+            if (low >= 0xdc00 && low <= 0xdfff) return String.fromCharCode(unit, low);
+          }
+          this.fail("a lone surrogate escape (not valid UTF-8)");
+        }
+        if (unit >= 0xdc00 && unit <= 0xdfff) this.fail("a lone surrogate escape (not valid UTF-8)");
+        return String.fromCharCode(unit);
+      }
+      default:
+        this.at -= 1;
+        return this.fail("an invalid escape");
+    }
+  }
+
+  hex4(): number {
+    const digits = this.text.slice(this.at, this.at + 4);
+    if (!/^[0-9A-Fa-f]{4}$/.test(digits)) this.fail("\\u needs four hex digits");
+    this.at += 4;
+    return parseInt(digits, 16);
+  }
+
+  array(depth: number): unknown[] {
+    if (depth > this.maxDepth) this.fail(`nested deeper than ${this.maxDepth} levels`);
+    this.at++;
+    const out: unknown[] = [];
+    this.skipWhitespace();
+    if (this.text.charCodeAt(this.at) === 0x5d) {
+      this.at++;
+      return out;
+    }
+    for (;;) {
+      this.skipWhitespace();
+      out.push(this.value(depth));
+      this.skipWhitespace();
+      const c = this.text.charCodeAt(this.at++);
+      if (c === 0x5d) return out;
+      if (c !== 0x2c) {
+        this.at--;
+        this.fail("expected , or ] in an array");
+      }
+    }
+  }
+
+  object(depth: number): RawObject {
+    if (depth > this.maxDepth) this.fail(`nested deeper than ${this.maxDepth} levels`);
+    this.at++;
+    const out: RawObject = Object.create(null) as RawObject;
+    this.skipWhitespace();
+    if (this.text.charCodeAt(this.at) === 0x7d) {
+      this.at++;
+      return out;
+    }
+    for (;;) {
+      this.skipWhitespace();
+      if (this.text.charCodeAt(this.at) !== 0x22) this.fail("expected a string key");
+      const key = this.string();
+      this.skipWhitespace();
+      if (this.text.charCodeAt(this.at) !== 0x3a) this.fail("expected : after a key");
+      this.at++;
+      this.skipWhitespace();
+      const value = this.value(depth);
+      const previous = out[key];
+      if (previous !== undefined) this.repeated(out, key, previous);
+      out[key] = value;
+      this.skipWhitespace();
+      const c = this.text.charCodeAt(this.at++);
+      if (c === 0x7d) return out;
+      if (c !== 0x2c) {
+        this.at--;
+        this.fail("expected , or } in an object");
+      }
+    }
+  }
+
+  repeated(object: RawObject, key: string, previous: unknown): void {
+    this.duplicates ??= new Map();
+    let keys = this.duplicates.get(object);
+    if (keys === undefined) {
+      keys = new Map();
+      this.duplicates.set(object, keys);
+    }
+    const earlier = keys.get(key);
+    if (earlier === undefined) keys.set(key, [previous]);
+    else earlier.push(previous);
+  }
+}
+
+function isDigit(c: number): boolean {
+  return c >= 0x30 && c <= 0x39;
+}

@@ -1,0 +1,183 @@
+"""What both Brisvox cores share: the outputs neither side owns, the bounded event buffer, and
+the one way a refusal's text is cut to fit a reply.
+
+The agent side's core is :mod:`voxwire.brisvox.agent_core`, the engine side's
+:mod:`voxwire.brisvox.engine_core`; each returns these beside its own events.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import Generic, TypeVar
+
+from voxwire.brisvox.constants import MAX_REFUSAL_BYTES
+from voxwire.brisvox.errors import ProtocolError
+from voxwire.brisvox.messages import SessionReject
+
+__all__ = [
+    "BadMessage",
+    "EventBuffer",
+    "EventsDropped",
+    "HandshakeFailed",
+    "Transition",
+    "refusal_text",
+    "transition_table",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class HandshakeFailed:
+    """The handshake did not succeed; the link is (being) closed.
+
+    ``final`` is false on the engine side when another reconnection attempt follows.
+    """
+
+    reason: str
+    rejected: SessionReject | None = None
+    final: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class BadMessage:
+    """The peer sent something that breaks the protocol; ``answered`` says if the core replied."""
+
+    error: ProtocolError
+    answered: bool
+
+
+S = TypeVar("S", bound=Enum)
+A = TypeVar("A", bound=Enum)
+E = TypeVar("E", bound=Enum)
+
+
+@dataclass(frozen=True, slots=True)
+class Transition(Generic[S, A]):
+    """One cell of a core's transition table: the state an input leads to and the actions the
+    core runs on the way, in order."""
+
+    target: S
+    actions: tuple[A, ...] = ()
+
+
+def transition_table(table: Mapping[S, Mapping[E, Transition[S, A]]]) -> str:
+    """A core's transition table as a Markdown table (the docs show it): state, input, next
+    state, actions; an input missing from a state is refused in it."""
+    rows = ["| state | input | next state | actions |", "|---|---|---|---|"]
+    for state, inputs in table.items():
+        for event, step in inputs.items():
+            actions = ", ".join(a.value for a in step.actions) or "-"
+            rows.append(f"| {state.value} | {event.value} | {step.target.value} | {actions} |")
+    return "\n".join(rows)
+
+
+def refusal_text(error: ProtocolError) -> str:
+    """``error`` as the ``"<code>: <text>"`` a refusal carries, cut to ``MAX_REFUSAL_BYTES``
+    UTF-8 bytes, so the reply always fits: the text may quote a rejected value, and a lone
+    surrogate in it (a ``\\ud800`` escape in the input) becomes ``?``."""
+    text = "".join("?" if "\ud800" <= c <= "\udfff" else c for c in str(error))
+    data = text.encode()
+    if len(data) <= MAX_REFUSAL_BYTES:
+        return text
+    return data[: MAX_REFUSAL_BYTES - 3].decode("utf-8", "ignore") + "..."
+
+
+# -- the bounded event buffer -------------------------------------------------------------------
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class EventsDropped:
+    """``count`` events were dropped by a full buffer; delivered where the gap is."""
+
+    count: int
+
+
+class EventBuffer(Generic[T]):
+    """A bounded FIFO that drops the newest item when full and reports the gap, never a stall.
+
+    The count of dropped items comes out of :meth:`pop` as :class:`EventsDropped`, once the items
+    queued before the first drop are out (where the gap is). A final item (the call's end) is
+    never dropped and comes out last; nothing is accepted after it.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError(f"an event buffer holds at least 1 item, not {capacity}")
+        self.capacity = capacity
+        self._items: deque[T] = deque()
+        self._pushed = 0
+        self._popped = 0
+        self._lost = 0
+        self._gap_after = 0
+        self._final: T | None = None
+        self._final_done = False
+        self.lost_total = 0
+        """Items dropped over the buffer's life."""
+
+    @property
+    def finished(self) -> bool:
+        """Whether the final item was pushed."""
+        return self._final is not None
+
+    def push(self, item: T) -> bool:
+        """Queue ``item``; return False when it was dropped (full, counted) or after the end."""
+        if self._final is not None:
+            return False
+        if len(self._items) >= self.capacity:
+            if self._lost == 0:
+                self._gap_after = self._pushed
+            self._lost += 1
+            self.lost_total += 1
+            return False
+        self._items.append(item)
+        self._pushed += 1
+        return True
+
+    def drop(self, count: int) -> None:
+        """Count ``count`` items that never reached the buffer (an outage) as dropped here."""
+        if count > 0:
+            if self._lost == 0:
+                self._gap_after = self._pushed
+            self._lost += count
+            self.lost_total += count
+
+    def finish(self, item: T) -> None:
+        """Queue the final item (once): delivered after everything queued before it."""
+        if self._final is None:
+            self._final = item
+
+    def clear(self) -> int:
+        """Drop what is queued (not the final item); return how many, counted as dropped too."""
+        dropped = len(self._items)
+        self._items.clear()
+        self._popped = self._pushed
+        self._gap_after = self._pushed
+        self._lost += dropped
+        self.lost_total += dropped
+        return dropped
+
+    def take_lost(self) -> int:
+        """Forget the unreported dropped count and return it (it is reported elsewhere)."""
+        lost, self._lost = self._lost, 0
+        return lost
+
+    def pop(self) -> T | EventsDropped | None:
+        """The next item, an :class:`EventsDropped` where a gap is, or None when empty."""
+        if self._lost and self._popped >= self._gap_after:
+            lost, self._lost = self._lost, 0
+            return EventsDropped(lost)
+        if self._items:
+            self._popped += 1
+            return self._items.popleft()
+        if self._final is not None and not self._final_done:
+            self._final_done = True
+            return self._final
+        return None
+
+    def peek_is_event(self) -> bool:
+        """Whether :meth:`pop` would return a queued (non-final) item or a gap report."""
+        return bool(self._items) or bool(self._lost and self._popped >= self._gap_after)

@@ -1,0 +1,185 @@
+"""The owner directory: which process holds a live session or a parked call.
+
+A process that owns a session records itself as its owner (:meth:`Directory.claim`) and keeps
+a heartbeat of its own: a process entry with its address that expires unless refreshed. A
+process that receives a resume it does not own looks the owner up (:meth:`Directory.lookup`):
+an owner whose heartbeat stopped is no owner, so a resume for a session of a dead process is
+refused at once instead of waiting on it.
+
+:class:`MemoryDirectory` serves one process (every lookup is of itself, or nobody);
+:class:`RedisDirectory` shares the directory through Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final, Protocol, TypeVar
+
+from voxwire.cluster._redis import REFUSED, UNAVAILABLE
+from voxwire.cluster.replay import StoreUnavailable
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+
+__all__ = ["Directory", "MemoryDirectory", "Owner", "RedisDirectory"]
+
+_log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+HEARTBEAT_S: Final = 1.0
+"""How often a process refreshes its entry."""
+PROCESS_EXPIRY_S: Final = 3.0
+"""A process whose entry was not refreshed for this long is taken for dead."""
+
+
+@dataclass(frozen=True)
+class Owner:
+    """A process that owns sessions: its id and the address its relay listens on."""
+
+    process_id: str
+    host: str
+    port: int
+
+
+class Directory(Protocol):
+    """Who owns which session, and whether that owner is alive."""
+
+    @property
+    def me(self) -> Owner: ...
+
+    async def claim(self, protocol: str, session_id: str, ttl: float) -> None:
+        """Record this process as the owner of ``session_id`` for ``ttl`` seconds."""
+        ...
+
+    async def release(self, protocol: str, session_id: str) -> None:
+        """Forget the entry, if it is still this process's."""
+        ...
+
+    async def lookup(self, protocol: str, session_id: str) -> Owner | None:
+        """The live owner of ``session_id``, or None (nobody, or an owner that stopped)."""
+        ...
+
+
+class MemoryDirectory:
+    """:class:`Directory` of one process: it owns what it claimed, and nobody else exists."""
+
+    def __init__(self, me: Owner) -> None:
+        self._me = me
+        self._claimed: set[tuple[str, str]] = set()
+
+    @property
+    def me(self) -> Owner:
+        return self._me
+
+    async def claim(self, protocol: str, session_id: str, ttl: float) -> None:
+        self._claimed.add((protocol, session_id))
+
+    async def release(self, protocol: str, session_id: str) -> None:
+        self._claimed.discard((protocol, session_id))
+
+    async def lookup(self, protocol: str, session_id: str) -> Owner | None:
+        return self._me if (protocol, session_id) in self._claimed else None
+
+
+_RELEASE: Final = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+class RedisDirectory:
+    """:class:`Directory` shared through Redis; :meth:`start` begins the heartbeat.
+
+    Keys: ``{prefix}:process:{id}`` (the address, expiring after ``expiry`` seconds unless the
+    heartbeat refreshes it) and ``{prefix}:owner:{protocol}:{session}`` (the owner's process id).
+    """
+
+    def __init__(
+        self,
+        redis: Redis,
+        me: Owner,
+        *,
+        prefix: str = "voxwire",
+        heartbeat: float = HEARTBEAT_S,
+        expiry: float = PROCESS_EXPIRY_S,
+    ) -> None:
+        if not 0 < heartbeat < expiry:
+            raise ValueError(f"the heartbeat ({heartbeat} s) must be shorter than the expiry")
+        self._redis = redis
+        self._me = me
+        self._prefix = prefix
+        self._heartbeat = heartbeat
+        self._expiry = expiry
+        self._release = redis.register_script(_RELEASE)
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def me(self) -> Owner:
+        return self._me
+
+    async def start(self) -> None:
+        """Write this process's entry, then keep it fresh from a task until :meth:`close`."""
+        await self._beat()
+        self._task = asyncio.create_task(self._run(), name=f"heartbeat {self._me.process_id}")
+
+    async def close(self) -> None:
+        """Stop the heartbeat and remove this process's entry: its sessions have no owner now."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        with contextlib.suppress(*UNAVAILABLE, REFUSED):
+            await self._redis.delete(self._process_key(self._me.process_id))
+
+    async def claim(self, protocol: str, session_id: str, ttl: float) -> None:
+        key = self._owner_key(protocol, session_id)
+        await self._call(self._redis.set(key, self._me.process_id, px=max(1, int(ttl * 1000))))
+
+    async def release(self, protocol: str, session_id: str) -> None:
+        key = self._owner_key(protocol, session_id)
+        await self._call(self._release(keys=[key], args=[self._me.process_id]))
+
+    async def lookup(self, protocol: str, session_id: str) -> Owner | None:
+        process = await self._call(self._redis.get(self._owner_key(protocol, session_id)))
+        if process is None:
+            return None
+        process_id = process.decode() if isinstance(process, bytes) else str(process)
+        entry = await self._call(self._redis.get(self._process_key(process_id)))
+        if entry is None:
+            return None  # its heartbeat stopped: the process is gone
+        address = json.loads(entry)
+        return Owner(process_id, str(address["host"]), int(address["port"]))
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self._heartbeat)
+            try:
+                await self._beat()
+            except StoreUnavailable as exc:
+                # Logged and retried: the entry expires if Redis stays away, and lookups by
+                # other processes then refuse this process's sessions, as they must.
+                _log.warning("owner directory heartbeat failed: %s", exc)
+
+    async def _beat(self) -> None:
+        entry = json.dumps({"host": self._me.host, "port": self._me.port})
+        key = self._process_key(self._me.process_id)
+        await self._call(self._redis.set(key, entry, px=int(self._expiry * 1000)))
+
+    async def _call(self, awaitable: Awaitable[T]) -> T:
+        try:
+            return await awaitable
+        except (*UNAVAILABLE, REFUSED) as exc:
+            raise StoreUnavailable(f"the owner directory cannot be reached: {exc}") from exc
+
+    def _owner_key(self, protocol: str, session_id: str) -> str:
+        return f"{self._prefix}:owner:{protocol}:{session_id}"
+
+    def _process_key(self, process_id: str) -> str:
+        return f"{self._prefix}:process:{process_id}"

@@ -1,0 +1,128 @@
+"""The relay: a link that reached the wrong process, carried to the process that owns it.
+
+A resume can land on any process behind a load balancer. The process it reached looks the
+session's owner up (:mod:`voxwire.cluster.directory`) and, when that is another live process,
+:func:`relay` opens a WebSocket to the owner on the same path, query and subprotocol (so the owner
+checks the same token), sends what was already read from the link (Brisvox: its
+``session.start``), and then copies every message both ways, text as text and binary as
+binary, in order, until one side closes. The owner sees an ordinary resume.
+
+- A close from either side is passed on with its code and reason.
+- A side that drops without a close (a crash, a reset) is dropped on the other side too: the
+  client sees its link drop, as it would have at the owner, and may resume again.
+- An owner that cannot be reached within ``open_timeout`` raises :class:`RelayFailed` before
+  anything was sent to the client: the caller refuses the resume as if no owner existed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.asyncio.connection import Connection
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+from websockets.frames import CloseCode
+
+from voxwire.cluster.directory import Owner
+from voxwire.hosts import redact_url
+
+__all__ = ["RelayFailed", "RelayResult", "relay"]
+
+_log = logging.getLogger(__name__)
+
+
+class RelayFailed(ConnectionError):
+    """The owner could not be reached, or refused the upgrade; nothing was relayed."""
+
+
+@dataclass(frozen=True)
+class RelayResult:
+    """How a relayed link ended: messages carried each way, and who closed first."""
+
+    to_owner: int
+    from_owner: int
+    closed_by: str
+    """``"client"``, ``"owner"``, or ``"drop"`` when a side went away without a close."""
+
+
+async def relay(
+    link: Connection,
+    owner: Owner,
+    path: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    first: Iterable[str | bytes] = (),
+    open_timeout: float = 2.0,
+    max_size: int | None = 2**20,
+) -> RelayResult:
+    """Carry ``link`` (already accepted here) to ``owner``, which serves the same ``path``
+    (path and query of the original request); return when the relayed link ends.
+
+    ``headers`` are sent on the upgrade to the owner (the Brisvox ``Authorization``);
+    the subprotocol is the one ``link`` negotiated. Raises :class:`RelayFailed` when the
+    owner cannot be reached or refuses.
+    """
+    url = f"ws://{_host(owner.host)}:{owner.port}{path}"
+    try:
+        upstream = await connect(
+            url,
+            subprotocols=[link.subprotocol] if link.subprotocol else None,
+            additional_headers=dict(headers or {}),
+            open_timeout=open_timeout,
+            compression=None,
+            max_size=max_size,
+            ping_interval=None,
+            proxy=None,  # a relay on a private network never goes through a proxy
+        )
+    except (OSError, TimeoutError, InvalidHandshake) as exc:
+        why = f"HTTP {exc.response.status_code}" if isinstance(exc, InvalidStatus) else str(exc)
+        raise RelayFailed(f"the owner {owner.process_id} at {redact_url(url)}: {why}") from exc
+    async with upstream:
+        for message in first:
+            await upstream.send(message)
+        return await _pump(link, upstream, owner)
+
+
+async def _pump(link: Connection, upstream: ClientConnection, owner: Owner) -> RelayResult:
+    counts = {"to_owner": 0, "from_owner": 0}
+
+    async def copy(source: Connection, target: Connection, count: str) -> None:
+        async for message in source:
+            await target.send(message)
+            counts[count] += 1
+
+    to_owner = asyncio.create_task(copy(link, upstream, "to_owner"))
+    from_owner = asyncio.create_task(copy(upstream, link, "from_owner"))
+    done, pending = await asyncio.wait({to_owner, from_owner}, return_when=asyncio.FIRST_COMPLETED)
+    first = done.pop()
+    closed_by = "client" if first is to_owner else "owner"
+    source, target = (link, upstream) if first is to_owner else (upstream, link)
+    for task in pending:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, ConnectionClosed):
+            await task
+    received = source.protocol.close_rcvd
+    if received is None:
+        # The side went away without a close frame: drop the other side too, so the client
+        # sees its link drop (and may resume) instead of a close that would end the session.
+        target.transport.abort()
+        closed_by = "drop"
+    else:
+        with contextlib.suppress(ConnectionClosed):
+            await target.close(received.code or CloseCode.NORMAL_CLOSURE, received.reason)
+    _log.info(
+        "relay to %s ended (%s): %d messages to it, %d from it",
+        owner.process_id,
+        closed_by,
+        counts["to_owner"],
+        counts["from_owner"],
+    )
+    return RelayResult(counts["to_owner"], counts["from_owner"], closed_by)
+
+
+def _host(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host

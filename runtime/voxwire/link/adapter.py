@@ -1,0 +1,367 @@
+"""The asyncio adapter of the outbound link: one writer task and one keepalive task per
+connection, on a ``websockets`` asyncio :class:`~websockets.asyncio.connection.Connection`.
+
+It owns no protocol rule: the role encodes its messages (so checks them, in its own task),
+hands the bytes to :class:`Link`, and feeds every frame it reads to :meth:`Link.heard`.
+Everything queued in one turn of the event loop is written once that turn ends, as one socket
+write (a loop callback, no task switch); while the socket's buffer is over its high-water mark
+the writer task waits for it to drain, under one drain timeout, and writes what queued meanwhile
+as the next batch.
+If anything goes wrong on the way out (the drain timeout, the connection, silence past the
+keepalive bound, a control queue the peer does not read, any other error) the link goes down
+once, visibly: the transport is aborted (the role's reader sees the connection end), it is
+logged, and ``on_down`` is called with a :class:`LinkDown`.
+
+```text
+outbound = Outbound(event_bound=1024, overflow=Overflow.DROP, report_lost=events_lost)
+link = Link(ws, outbound, clock=clock, drain_timeout=2.0, keepalive=Keepalive(...),
+            on_down=role.link_down)
+link.control(SendText(encode(message)))      # never waits, never dropped
+link.event(SendText(encode(event)))          # Put.DROPPED when full (Overflow.DROP)
+await link.put_event(SendText(...))          # Overflow.WAIT: waits for room
+link.feed(replay)                            # a stream that enters as the queue drains
+async for data in ws:
+    link.heard()
+    ...
+link.close(1000, "bye", final=[SendText(encode(end))])   # after everything queued
+await link.wait_closed()
+```
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+from websockets.asyncio.connection import Connection
+from websockets.exceptions import ConnectionClosed
+from websockets.protocol import State
+
+from voxwire.clock import Clock
+from voxwire.link.keepalive import Keepalive, KeepaliveAction
+from voxwire.link.outbound import Frame, Outbound, Put
+from voxwire.sansio import Close, SendText
+
+__all__ = ["DownCause", "Link", "LinkDown"]
+
+log = logging.getLogger(__name__)
+
+
+class DownCause(Enum):
+    """Why a link went down."""
+
+    DRAIN_TIMEOUT = "drain_timeout"
+    """What was queued could not be written within the drain timeout."""
+    SILENCE = "silence"
+    """Nothing (no frame, no pong) was heard for the keepalive's silence timeout."""
+    CLOSED = "closed"
+    """The connection closed under the writer."""
+    OVERFLOW = "overflow"
+    """The control queue passed its bound: the peer is not reading."""
+    WRITER_FAILED = "writer_failed"
+    """The writer raised an unexpected error (logged with its traceback)."""
+    ABORTED = "aborted"
+    """The role took the link down (:meth:`Link.abort`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LinkDown:
+    """The link went down: why, in words."""
+
+    cause: DownCause
+    reason: str
+
+
+class Link:
+    """One connection's way out: the writer, the keepalive and the close, over ``outbound``.
+
+    Args:
+        ws: The open connection (made with ``ping_interval=None``: the keepalive is here).
+        outbound: The connection's queue, configured by the role.
+        clock: The clock the timers follow.
+        drain_timeout: Clock seconds a batch (everything queued in one loop turn) may take to
+            drain from the socket's buffer once it is over its high-water mark.
+        keepalive: The ping and silence policy; None for no keepalive.
+        close_timeout: Clock seconds the closing handshake may take (default: the drain
+            timeout).
+        on_down: Called once, when the link goes down (not after a clean close).
+        on_drained: Called after each drain was written, with the events that may be queued
+            now (a sans-I/O core that sends on credit tops it up here).
+        record: Called with each message as it is written (text as ``str``).
+        name: How the logs name the link (never a URL's query).
+    """
+
+    def __init__(
+        self,
+        ws: Connection,
+        outbound: Outbound,
+        *,
+        clock: Clock,
+        drain_timeout: float,
+        keepalive: Keepalive | None = None,
+        close_timeout: float | None = None,
+        on_down: Callable[[LinkDown], None] | None = None,
+        on_drained: Callable[[int], None] | None = None,
+        record: Callable[[str | bytes], None] | None = None,
+        name: str = "link",
+    ) -> None:
+        self.ws = ws
+        self.outbound = outbound
+        self.clock = clock
+        self.keepalive = keepalive
+        self.name = name
+        self.down: LinkDown | None = None
+        """Why the link went down, once it did."""
+        self.drains = 0
+        """Batches written (each one socket write of one or more frames)."""
+        self.frames = 0
+        """Frames written."""
+        self.pings = 0
+        self.pongs = 0
+        self._drain_timeout = drain_timeout
+        self._close_timeout = drain_timeout if close_timeout is None else close_timeout
+        self._on_down = on_down
+        self._on_drained = on_drained
+        self._record = record
+        self._loop = asyncio.get_running_loop()
+        self._flush_due = False  # a flush is scheduled for the end of this loop turn
+        self._waiting = False  # the writer task owns the socket: it waits for a drain or closes
+        self._closing: Close | None = None
+        self._kick = asyncio.Event()
+        self._room = asyncio.Event()
+        self._pings: set[asyncio.Task[None]] = set()
+        self._writer = asyncio.create_task(self._write(), name=f"{name} writer")
+        self._keeper = (
+            asyncio.create_task(self._keep_alive(), name=f"{name} keepalive")
+            if keepalive is not None
+            else None
+        )
+
+    # -- state ----------------------------------------------------------------------------------
+
+    @property
+    def up(self) -> bool:
+        """Whether the link is neither down nor closed."""
+        return self.down is None and not self._writer.done()
+
+    # -- sending --------------------------------------------------------------------------------
+
+    def control(self, frame: Frame) -> Put:
+        """Queue a control message (never dropped; never waits)."""
+        return self._queued(self.outbound.control(frame))
+
+    def event(self, frame: Frame) -> Put:
+        """Queue an event: :data:`Put.DROPPED` or :data:`Put.FULL` when the class is full."""
+        return self._queued(self.outbound.event(frame))
+
+    async def put_event(self, frame: Frame) -> Put:
+        """Queue an event, waiting for room while the class is full (:data:`Overflow.WAIT`)."""
+        while (put := self.event(frame)) is Put.FULL:
+            self._room.clear()
+            await self._room.wait()
+        return put
+
+    def feed(self, frames: Iterable[Frame]) -> Put:
+        """Queue a stream of events (a replay) that enters the queue as it drains."""
+        return self._queued(self.outbound.feed(frames))
+
+    async def wait_room(self) -> None:
+        """Wait until an event may be queued (or the link is down or closing)."""
+        while self.outbound.room <= 0 and self.outbound.accepting:
+            self._room.clear()
+            await self._room.wait()
+
+    def heard(self) -> None:
+        """A frame arrived from the peer: a sign of life."""
+        if self.keepalive is not None:
+            self.keepalive.heard(self.clock.now())
+
+    # -- the end --------------------------------------------------------------------------------
+
+    def close(self, code: int, reason: str = "", final: Sequence[Frame] = ()) -> None:
+        """Queue ``final`` and the close after everything queued before."""
+        self.outbound.close(code, reason, final)
+        self._schedule()
+
+    async def wait_closed(self) -> None:
+        """Wait until the writer is done: the close was written, or the link went down."""
+        await asyncio.gather(self._writer, return_exceptions=True)
+
+    def abort(self, reason: str) -> None:
+        """Take the link down now (what is queued is dropped)."""
+        self._go_down(DownCause.ABORTED, reason)
+
+    async def stop(self) -> None:
+        """Stop the writer and the keepalive (the connection ended); what is queued is dropped."""
+        self.outbound.fail()
+        tasks = [self._writer, *self._pings]
+        if self._keeper is not None:
+            tasks.append(self._keeper)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._room.set()
+
+    # -- the tasks ------------------------------------------------------------------------------
+
+    def _queued(self, put: Put) -> Put:
+        if put is Put.QUEUED:
+            self._schedule()
+        elif put is Put.OVERFLOWED:
+            self._go_down(
+                DownCause.OVERFLOW,
+                f"more than {self.outbound.control_bound} control messages waiting: "
+                "the peer is not reading",
+            )
+        return put
+
+    def _schedule(self) -> None:
+        if not self._flush_due and not self._waiting and self.down is None:
+            self._flush_due = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """Write what is queued now, in one write per batch, without waiting (a loop callback).
+
+        A full socket buffer, or the close, hands over to the writer task.
+        """
+        self._flush_due = False
+        outbound, ws = self.outbound, self.ws
+        try:
+            while not self._waiting and self.down is None and outbound.pending:
+                batch = outbound.take(self.clock.now())
+                self._room.set()
+                if batch.frames:
+                    self._write_now(batch.frames)
+                if batch.close is not None:
+                    self._closing = batch.close
+                    self._hand_over()
+                elif _over_high_water(ws):
+                    self._hand_over()
+                elif self._on_drained is not None:
+                    self._on_drained(outbound.room)
+        except ConnectionClosed as exc:
+            self._go_down(DownCause.CLOSED, f"the connection closed: {exc}")
+        except Exception as exc:
+            log.exception("%s: the writer failed", self.name)
+            self._go_down(DownCause.WRITER_FAILED, f"the writer failed: {exc!r}")
+
+    def _write_now(self, frames: list[Frame]) -> None:
+        """Build the frames with websockets' sans-I/O protocol object and write them at once."""
+        ws = self.ws
+        if ws.protocol.state is not State.OPEN or ws.transport.is_closing():
+            raise ConnectionClosed(ws.protocol.close_rcvd, ws.protocol.close_sent)
+        if self._record is not None:
+            for frame in frames:
+                self._record(frame.data.decode() if isinstance(frame, SendText) else frame.data)
+        protocol = ws.protocol
+        for frame in frames:
+            if isinstance(frame, SendText):
+                protocol.send_text(frame.data)
+            else:
+                protocol.send_binary(frame.data)
+        ws.transport.write(b"".join(protocol.data_to_send()))
+        self.drains += 1
+        self.frames += len(frames)
+
+    def _hand_over(self) -> None:
+        self._waiting = True
+        self._kick.set()
+
+    async def _write(self) -> None:
+        """The writer task: waits for the socket to drain (bounded), then for the close."""
+        ws = self.ws
+        try:
+            while True:
+                await self._kick.wait()
+                self._kick.clear()
+                async with asyncio.timeout(self.clock.real_seconds(self._drain_timeout)):
+                    async with ws.send_context():  # waits until under the low-water mark
+                        pass
+                if self._closing is not None:
+                    await self._close(self._closing)
+                    return
+                self._waiting = False
+                if self._on_drained is not None:
+                    self._on_drained(self.outbound.room)
+                self._flush()
+        except asyncio.CancelledError:
+            raise
+        except TimeoutError:
+            self._go_down(
+                DownCause.DRAIN_TIMEOUT,
+                f"a drain took longer than the drain timeout ({self._drain_timeout:g} s)",
+            )
+        except ConnectionClosed as exc:
+            self._go_down(DownCause.CLOSED, f"the connection closed: {exc}")
+        except Exception as exc:
+            log.exception("%s: the writer failed", self.name)
+            self._go_down(DownCause.WRITER_FAILED, f"the writer failed: {exc!r}")
+
+    async def _close(self, close: Close) -> None:
+        ws = self.ws
+        try:
+            async with asyncio.timeout(self.clock.real_seconds(self._close_timeout)):
+                await ws.close(close.code, close.reason)
+        except TimeoutError:
+            ws.transport.abort()
+        self._stop_keepalive()
+
+    async def _keep_alive(self) -> None:
+        keepalive, clock = self.keepalive, self.clock
+        assert keepalive is not None
+        while True:
+            await clock.sleep(keepalive.next_deadline() - clock.now())
+            action = keepalive.tick(clock.now())
+            if action is KeepaliveAction.PING:
+                task = asyncio.create_task(self._ping(), name=f"{self.name} ping")
+                self._pings.add(task)
+                task.add_done_callback(self._pings.discard)
+            elif action is KeepaliveAction.DOWN:
+                self._go_down(
+                    DownCause.SILENCE,
+                    f"nothing heard for {keepalive.silence_timeout:g} s",
+                )
+                return
+
+    async def _ping(self) -> None:
+        try:
+            pong = await self.ws.ping()
+            self.pings += 1
+            await pong
+        except ConnectionClosed:
+            return
+        self.pongs += 1
+        self.heard()
+
+    def _stop_keepalive(self) -> None:
+        current = asyncio.current_task()
+        for task in [self._keeper, *self._pings]:
+            if task is not None and task is not current:
+                task.cancel()
+
+    def _go_down(self, cause: DownCause, reason: str) -> None:
+        if self.down is not None:
+            return
+        self.down = LinkDown(cause, reason)
+        self.outbound.fail()
+        self.ws.transport.abort()
+        self._stop_keepalive()
+        if self._writer is not asyncio.current_task():
+            self._writer.cancel()
+        self._room.set()
+        log.warning("%s: link down: %s", self.name, reason)
+        if self._on_down is not None:
+            try:
+                self._on_down(self.down)
+            except Exception:
+                log.exception("%s: the link-down callback failed", self.name)
+
+
+def _over_high_water(ws: Connection) -> bool:
+    """Whether the socket's buffer is over its high-water mark (the protocol is paused)."""
+    transport = ws.transport
+    return transport.get_write_buffer_size() > transport.get_write_buffer_limits()[1]

@@ -1,0 +1,84 @@
+"""The shared headless-Chromium helper: Debian's chromium driven by Playwright (no browser
+download: ``executable_path`` is the system's chromium)."""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import shutil
+import subprocess
+import threading
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+__all__ = ["chromium", "chromium_page", "serve_folder"]
+
+FLAGS = ("--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run")
+
+
+def chromium() -> str:
+    """Debian's chromium, installed with apt-get where it is missing (CI runs as root)."""
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found:
+        return found
+    if shutil.which("apt-get") is None:
+        pytest.skip("chromium is not installed and this machine has no apt-get to install it")
+    if subprocess.run(["id", "-u"], capture_output=True, text=True).stdout.strip() != "0":
+        pytest.skip("chromium is not installed and apt-get needs root: apt-get install chromium")
+    for command in (["apt-get", "update"], ["apt-get", "install", "-y", "chromium"]):
+        subprocess.run(command, check=True, capture_output=True, timeout=600)
+    found = shutil.which("chromium")
+    assert found, "apt-get installed chromium, but it is not on PATH"
+    return found
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    extensions_map: ClassVar[dict[str, str]] = {
+        ".js": "text/javascript",
+        ".html": "text/html",
+        "": "application/octet-stream",
+    }
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def serve_folder(folder: Path) -> Iterator[str]:
+    """Serve ``folder`` over HTTP on 127.0.0.1; yields the base URL."""
+
+    def handler(*args: Any) -> _QuietHandler:
+        return _QuietHandler(*args, directory=str(folder))
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextlib.asynccontextmanager
+async def chromium_page() -> AsyncIterator[Any]:
+    """A page of a fresh headless Chromium (Playwright's async API); its console errors fail
+    nothing by themselves, they are kept in ``page.console_lines``."""
+    executable = chromium()
+    playwright_api = pytest.importorskip("playwright.async_api")
+    async with playwright_api.async_playwright() as driver:
+        browser = await driver.chromium.launch(
+            executable_path=executable, headless=True, args=list(FLAGS)
+        )
+        try:
+            page = await browser.new_page()
+            lines: list[str] = []
+            page.on("console", lambda message: lines.append(f"{message.type}: {message.text}"))
+            page.on("pageerror", lambda error: lines.append(f"pageerror: {error}"))
+            page.console_lines = lines
+            yield page
+        finally:
+            await browser.close()

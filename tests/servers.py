@@ -1,0 +1,185 @@
+"""Real servers a test starts for itself, on loopback: Redis (or Valkey) and HAProxy.
+
+Each is Debian's package, installed with apt-get where it is missing (CI runs as root); a
+machine that can neither find nor install one skips the tests that need it, saying why. A server
+runs in a temporary directory on a free port, and is stopped, and waited for, by the fixture.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+__all__ = ["HAProxy", "RedisServer", "debian_program", "free_port", "start_haproxy", "start_redis"]
+
+START_TIMEOUT_S = 20
+
+
+def debian_program(program: str, package: str) -> str:
+    """The path of ``program``, installing Debian's ``package`` where it is missing."""
+    for candidate in (program, f"/usr/sbin/{program}", f"/usr/bin/{program}"):
+        found = shutil.which(candidate)
+        if found:
+            return found
+    if shutil.which("apt-get") is None:
+        pytest.skip(f"{program} is not installed and this machine has no apt-get to install it")
+    if os.geteuid() != 0:
+        pytest.skip(f"{program} is not installed and apt-get needs root: apt-get install {package}")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for command in (["apt-get", "update"], ["apt-get", "install", "-y", package]):
+        done = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env)
+        assert done.returncode == 0, f"{' '.join(command)} failed:\n{done.stdout}{done.stderr}"
+    for candidate in (program, f"/usr/sbin/{program}"):
+        found = shutil.which(candidate)
+        if found:
+            return found
+    raise AssertionError(f"apt-get installed {package}, but {program} is not on PATH")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _wait_listening(port: int, process: subprocess.Popen[bytes], what: str, log: Path) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"{what} exited with {process.returncode}:\n{log.read_text()}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError(f"{what} did not listen on port {port} within {START_TIMEOUT_S} s")
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+@dataclass
+class RedisServer:
+    """One redis-server on 127.0.0.1, its data in ``folder``; :meth:`restart` keeps the port."""
+
+    program: str
+    folder: Path
+    port: int
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        log = self.folder / "redis.log"
+        self.process = subprocess.Popen(
+            [
+                self.program,
+                "--bind", "127.0.0.1",
+                "--port", str(self.port),
+                "--dir", str(self.folder),
+                "--save", "",
+                "--appendonly", "no",
+                "--protected-mode", "yes",
+                "--logfile", str(log),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        _wait_listening(self.port, self.process, "redis-server", log)
+
+    def stop(self) -> None:
+        if self.process is not None:
+            _stop(self.process)
+            self.process = None
+
+    def restart(self) -> None:
+        """Stop and start again on the same port, with nothing kept (no persistence)."""
+        self.stop()
+        self.start()
+
+
+def start_redis(folder: Path) -> Iterator[RedisServer]:
+    """A generator for a fixture: a running redis-server, stopped afterwards."""
+    server = RedisServer(debian_program("redis-server", "redis-server"), folder, free_port())
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@dataclass
+class HAProxy:
+    """One haproxy on 127.0.0.1 in front of ``backends``, balancing on the request path."""
+
+    port: int
+    backends: list[int]
+    process: subprocess.Popen[bytes]
+
+    @property
+    def url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}"
+
+
+def start_haproxy(folder: Path, backends: list[int], balance: str = "uri") -> Iterator[HAProxy]:
+    """A generator for a fixture: haproxy hashing on the path (``balance uri``, query left out)
+    to ``backends`` (ports on 127.0.0.1), stopped afterwards."""
+    program = debian_program("haproxy", "haproxy")
+    port = free_port()
+    servers = "\n".join(
+        f"    server gw{i} 127.0.0.1:{backend} check inter 500ms"
+        for i, backend in enumerate(backends)
+    )
+    config = folder / "haproxy.cfg"
+    config.write_text(
+        "global\n"
+        "    maxconn 512\n"
+        "defaults\n"
+        "    mode http\n"
+        "    timeout connect 2s\n"
+        "    timeout client 60s\n"
+        "    timeout server 60s\n"
+        "    timeout tunnel 60s\n"
+        "frontend voice\n"
+        f"    bind 127.0.0.1:{port}\n"
+        "    default_backend gateways\n"
+        "backend gateways\n"
+        f"    balance {balance}\n"
+        "    hash-type consistent\n"
+        f"{servers}\n",
+        encoding="utf-8",
+    )
+    log = folder / "haproxy.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [program, "-db", "-f", str(config)],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    _wait_listening(port, process, "haproxy", log)
+    try:
+        yield HAProxy(port, backends, process)
+    finally:
+        _stop(process)

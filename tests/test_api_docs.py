@@ -1,0 +1,77 @@
+"""What help() and the API page (docs/api.md, mkdocstrings) show of the package."""
+
+from __future__ import annotations
+
+import html
+import pydoc
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+from voxwire import brisvox, ovp
+
+ROLE = re.compile(r":(?:py:)?(?:class|meth|attr|func|mod|data|exc|obj|const):`")
+
+
+def _help(thing: object) -> str:
+    return pydoc.render_doc(thing, renderer=pydoc.plaintext)
+
+
+def test_help_of_a_message_shows_every_field_with_its_description() -> None:
+    say = _help(brisvox.Say)
+    assert "Attributes:" in say
+    assert "text: The line to speak." in say
+    assert "id: The command's id" in say  # inherited from the command field set
+    thinking = _help(ovp.AgentThinking)
+    for field in ("seq", "ts", "session_id", "turn_id", "delta"):
+        assert re.search(rf"\n \|      {field}: \w", thinking), field
+
+
+@pytest.fixture(scope="module")
+def api_page(tmp_path_factory: pytest.TempPathFactory) -> str:
+    site = tmp_path_factory.mktemp("site")
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={"NO_MKDOCS_2_WARNING": "1", "PATH": str(Path(sys.executable).parent)},
+    )
+    assert done.returncode == 0, done.stderr
+    return (site / "api" / "index.html").read_text(encoding="utf-8")
+
+
+def _section(page: str, identifier: str) -> str:
+    """The text of one object's entry: from its heading to the next heading."""
+    start = page.rindex("<", 0, page.index(f'id="{identifier}"'))
+    end = page.find('class="doc doc-heading"', start + len(identifier) + 40)
+    text = re.sub(r"<[^>]+>", " ", page[start : end if end > 0 else None])
+    return re.sub(r" : ", ": ", " ".join(html.unescape(text).split()))
+
+
+def test_the_api_page_holds_no_raw_role_and_links_cross_references(api_page: str) -> None:
+    text = html.unescape(re.sub(r"<[^>]+>", "", api_page))
+    assert ROLE.findall(text) == []
+    links = re.findall(r'<a class="autorefs autorefs-internal"[^>]*href="#([^"]+)"', api_page)
+    assert "voxwire.brisvox.agent.AgentSession" in links
+
+
+def test_the_api_page_lists_dataclass_fields_and_typed_attributes(api_page: str) -> None:
+    assert "error: str | None" in _section(
+        api_page, "voxwire.brisvox.engine_core.ToolFinished.error"
+    )
+    for name, kind in (("code", "str"), ("detail", "str"), ("path", "str | None")):
+        entry = _section(api_page, f"voxwire.errors.ProtocolError.{name}")
+        assert f"{name}: {kind}" in entry, entry
+
+
+def test_the_api_page_shows_a_context_manager_as_such(api_page: str) -> None:
+    entry = _section(api_page, "voxwire.brisvox.testing.AgentCall.open")
+    assert "AbstractAsyncContextManager[AgentCall]" in entry.replace(" ", "")
+    assert entry.startswith("open async with classmethod ")  # its labels: entered, not awaited

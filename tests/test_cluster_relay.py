@@ -1,0 +1,149 @@
+"""The relay carries a link to its owner and back, message for message, close for close."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import pytest
+from websockets.asyncio.client import connect
+from websockets.asyncio.server import ServerConnection, serve
+from websockets.exceptions import ConnectionClosed, ConnectionClosedError
+
+from tests.peers.raw import aio
+from tests.servers import free_port
+from voxwire.cluster import Owner
+from voxwire.cluster.relay import RelayFailed, RelayResult, relay
+
+SUBPROTOCOL = "voxwire.orbit-voice.1.0"
+
+
+@asynccontextmanager
+async def owner_server(behaviour: str = "echo") -> AsyncIterator[tuple[Owner, list[object]]]:
+    """An owner process: echoes each message (tagged), records the path and headers it got."""
+    seen: list[object] = []
+
+    async def handle(ws: ServerConnection) -> None:
+        seen.append((ws.request.path, ws.request.headers.get("Authorization"), ws.subprotocol))
+        async for message in ws:
+            seen.append(message)
+            if message == "crash":
+                ws.transport.abort()
+                return
+            if message == "bye":
+                await ws.close(4001, "owner says bye")
+                return
+            await ws.send(message if isinstance(message, bytes) else f"owner:{message}")
+
+    async with serve(
+        handle,
+        "127.0.0.1",
+        0,
+        subprotocols=[SUBPROTOCOL],
+        compression=None,  # type: ignore[list-item]
+    ) as server:
+        port = server.sockets[0].getsockname()[1]
+        yield Owner("owner-1", "127.0.0.1", port), seen
+
+
+@asynccontextmanager
+async def front(
+    owner: Owner, results: list[RelayResult | Exception], **options: object
+) -> AsyncIterator[int]:
+    """The process the link reached: relays every connection to ``owner``."""
+
+    async def handle(ws: ServerConnection) -> None:
+        try:
+            results.append(await relay(ws, owner, ws.request.path, **options))  # type: ignore[arg-type]
+        except RelayFailed as exc:
+            results.append(exc)
+            await ws.close(1008, "no owner")
+
+    async with serve(
+        handle,
+        "127.0.0.1",
+        0,
+        subprotocols=[SUBPROTOCOL],
+        compression=None,  # type: ignore[list-item]
+    ) as server:
+        yield server.sockets[0].getsockname()[1]
+
+
+def _client(port: int, path: str = "/") -> connect:
+    return connect(
+        f"ws://127.0.0.1:{port}{path}",
+        subprotocols=[SUBPROTOCOL],  # type: ignore[list-item]
+        compression=None,
+    )
+
+
+@aio
+async def test_messages_go_both_ways_in_order_text_and_binary() -> None:
+    results: list[RelayResult | Exception] = []
+    async with (
+        owner_server() as (owner, seen),
+        front(owner, results, headers={"Authorization": "Bearer t"}) as port,
+        _client(port, "/voice/ws/s1?token=abc") as ws,
+    ):
+        assert ws.subprotocol == SUBPROTOCOL
+        for i in range(50):
+            await ws.send(f"m{i}")
+            await ws.send(bytes([i]) * 652)
+        got = [await ws.recv() for _ in range(100)]
+        assert got[0::2] == [f"owner:m{i}" for i in range(50)]
+        assert got[1::2] == [bytes([i]) * 652 for i in range(50)]
+        await ws.close(1000, "client done")
+        await asyncio.sleep(0.05)
+    assert seen[0] == ("/voice/ws/s1?token=abc", "Bearer t", SUBPROTOCOL)
+    assert results == [RelayResult(100, 100, "client")]
+
+
+@aio
+async def test_what_was_read_already_goes_first() -> None:
+    results: list[RelayResult | Exception] = []
+    async with (
+        owner_server() as (owner, seen),
+        front(owner, results, first=['{"type":"session.start"}']) as port,
+        _client(port) as ws,
+    ):
+        assert await ws.recv() == 'owner:{"type":"session.start"}'
+        await ws.send("next")
+        assert await ws.recv() == "owner:next"
+    assert seen[1:3] == ['{"type":"session.start"}', "next"]
+
+
+@aio
+async def test_the_owners_close_reaches_the_client_with_its_code() -> None:
+    results: list[RelayResult | Exception] = []
+    async with owner_server() as (owner, _), front(owner, results) as port, _client(port) as ws:
+        await ws.send("bye")
+        with pytest.raises(ConnectionClosed) as closed:
+            await ws.recv()
+        assert closed.value.rcvd is not None
+        assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (4001, "owner says bye")
+    assert isinstance(results[0], RelayResult) and results[0].closed_by == "owner"
+
+
+@aio
+async def test_an_owner_that_drops_mid_call_drops_the_client() -> None:
+    results: list[RelayResult | Exception] = []
+    async with owner_server() as (owner, _), front(owner, results) as port, _client(port) as ws:
+        await ws.send("crash")
+        with pytest.raises(ConnectionClosedError) as closed:
+            await ws.recv()
+        assert closed.value.rcvd is None  # no close frame: a drop the client may resume after
+    assert isinstance(results[0], RelayResult) and results[0].closed_by == "drop"
+
+
+@aio
+async def test_an_owner_that_is_gone_fails_fast_before_anything_is_relayed() -> None:
+    results: list[RelayResult | Exception] = []
+    dead = Owner("dead", "127.0.0.1", free_port())
+    started = asyncio.get_running_loop().time()
+    async with front(dead, results) as port, _client(port) as ws:
+        with pytest.raises(ConnectionClosed) as closed:
+            await ws.recv()
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+    assert asyncio.get_running_loop().time() - started < 2.0
+    assert isinstance(results[0], RelayFailed) and "owner dead" in str(results[0])

@@ -1,0 +1,275 @@
+"""The replay store and the owner directory, in memory and on a real redis-server.
+
+Every scenario runs on both stores: the Redis one must answer exactly as the in-memory
+reference does, bound by bound, and fail closed where Redis lost data or cannot be reached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.peers.raw import aio
+from tests.servers import RedisServer, free_port, start_redis
+from voxwire.cluster import (
+    MemoryDirectory,
+    MemoryReplayStore,
+    Owner,
+    RedisDirectory,
+    RedisReplayStore,
+    ReplayBounds,
+    ReplayStore,
+    StoreUnavailable,
+    connect_redis,
+)
+from voxwire.ovp import REPLAY_BUFFER_MAX_EVENTS
+
+redis_asyncio = pytest.importorskip("redis.asyncio", reason="the redis extra is not installed")
+
+
+DEFAULT_BOUNDS = ReplayBounds()
+
+
+class ManualClock:
+    """A clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def now(self) -> float:
+        return self.t
+
+    async def sleep(self, seconds: float) -> None:
+        self.t += seconds
+
+    def real_seconds(self, seconds: float) -> float:
+        return seconds
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    yield from start_redis(tmp_path_factory.mktemp("redis"))
+
+
+@contextlib.asynccontextmanager
+async def _client(server: RedisServer) -> AsyncIterator[redis_asyncio.Redis]:
+    client = redis_asyncio.Redis.from_url(
+        server.url, socket_timeout=1.0, socket_connect_timeout=1.0
+    )
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+StoreFactory = Callable[..., contextlib.AbstractAsyncContextManager[ReplayStore]]
+
+
+@pytest.fixture(params=["memory", "redis"])
+def make_store(request: pytest.FixtureRequest, redis_server: RedisServer) -> StoreFactory:
+    """Opens a store of the kind under test, empty, inside the test's event loop."""
+
+    @contextlib.asynccontextmanager
+    async def make(
+        bounds: ReplayBounds = DEFAULT_BOUNDS, clock: ManualClock | None = None
+    ) -> AsyncIterator[ReplayStore]:
+        clock = clock or ManualClock()
+        if request.param == "memory":
+            yield MemoryReplayStore(bounds, clock)
+            return
+        async with _client(redis_server) as client:
+            await client.flushdb()
+            store = RedisReplayStore(client, bounds=bounds, clock=clock)
+            await store.open()
+            yield store
+
+    return make
+
+
+def _event(seq: int, size: int = 16) -> bytes:
+    return f'{{"seq":{seq}}}'.encode().ljust(size, b" ")
+
+
+@aio
+async def test_a_resume_gets_every_event_after_its_seq(make_store: StoreFactory) -> None:
+    async with make_store() as store:
+        for seq in range(10):
+            await store.append("s1", seq, _event(seq))
+        replay = await store.read_after("s1", 4)
+        assert replay is not None and replay.last_seq == 9
+        assert replay.events == [_event(s) for s in range(5, 10)]
+        assert (await store.read_after("s1", 9)).events == []  # type: ignore[union-attr]
+        assert (await store.read_after("s1", -1)).events == [_event(s) for s in range(10)]  # type: ignore[union-attr]
+        assert await store.read_after("s1", 10) is None  # ahead of anything stored
+        assert await store.read_after("nobody", -1) is None
+
+
+@aio
+async def test_the_count_bound_at_n_and_n_plus_1(make_store: StoreFactory) -> None:
+    async with make_store() as store:
+        n = REPLAY_BUFFER_MAX_EVENTS
+        for seq in range(n):
+            await store.append("s1", seq, _event(seq))
+        full = await store.read_after("s1", -1)
+        assert full is not None and len(full.events) == n  # exactly the bound: all held
+        await store.append("s1", n, _event(n))
+        assert await store.read_after("s1", -1) is None  # seq 0 is gone: refused, not partial
+        rest = await store.read_after("s1", 0)
+        assert rest is not None and len(rest.events) == n and rest.events[0] == _event(1)
+
+
+@aio
+async def test_the_byte_bound_at_the_limit_and_over(make_store: StoreFactory) -> None:
+    async with make_store(ReplayBounds(max_bytes=10_000)) as store:
+        for seq in range(10):
+            await store.append("s1", seq, _event(seq, 1000))
+        assert len((await store.read_after("s1", -1)).events) == 10  # type: ignore[union-attr]
+        await store.append("s1", 10, _event(10, 1001))
+        assert await store.read_after("s1", 0) is None  # 10,001 bytes: seq 0 and 1 trimmed
+        assert len((await store.read_after("s1", 1)).events) == 9  # type: ignore[union-attr]
+        # One event larger than the bound is not held at all, and says so.
+        await store.append("s1", 11, _event(11, 10_001))
+        assert await store.read_after("s1", 10) is None
+
+
+@aio
+async def test_the_age_bound_at_the_limit_and_over(make_store: StoreFactory) -> None:
+    clock = ManualClock()
+    async with make_store(ReplayBounds(max_age_ms=60_000), clock) as store:
+        await store.append("s1", 0, _event(0))
+        clock.t += 60.0
+        assert (await store.read_after("s1", -1)).events == [_event(0)]  # type: ignore[union-attr]
+        clock.t += 0.002
+        assert await store.read_after("s1", -1) is None
+
+
+@aio
+async def test_a_history_is_forgotten_after_its_ttl(make_store: StoreFactory) -> None:
+    clock = ManualClock()
+    async with make_store(ReplayBounds(ttl_ms=30_000, max_age_ms=120_000), clock) as store:
+        await store.append("s1", 0, _event(0))
+        await store.forget("s2")
+        clock.t += 29.0
+        assert await store.read_after("s1", -1) is not None
+        await store.forget("s1")
+        assert await store.read_after("s1", -1) is None
+
+
+@aio
+async def test_a_history_that_starts_late_holds_nothing_before_it(make_store: StoreFactory) -> None:
+    async with make_store() as store:
+        await store.append("s1", 7, _event(7))
+        assert await store.read_after("s1", 5) is None
+        assert (await store.read_after("s1", 6)).events == [_event(7)]  # type: ignore[union-attr]
+
+
+@aio
+async def test_a_seq_that_does_not_increase_is_refused(make_store: StoreFactory) -> None:
+    async with make_store() as store:
+        await store.append("s1", 3, _event(3))
+        with pytest.raises(ValueError, match="seq 3 is not after 3"):
+            await store.append("s1", 3, _event(3))
+
+
+@aio
+async def test_the_redis_ttl_is_set(redis_server: RedisServer) -> None:
+    async with _client(redis_server) as client:
+        await client.flushdb()
+        store = RedisReplayStore(client, bounds=ReplayBounds(ttl_ms=5_000))
+        await store.open()
+        await store.append("s1", 0, _event(0))
+        assert 0 < await client.pttl("voxwire:ovp:replay:s1") <= 5_000
+        assert 0 < await client.pttl("voxwire:ovp:replay-meta:s1") <= 5_000
+
+
+@aio
+async def test_after_a_redis_restart_no_history_from_before_is_served(
+    redis_server: RedisServer,
+) -> None:
+    client = connect_redis(redis_server.url)
+    try:
+        await client.flushdb()
+        store = RedisReplayStore(client)
+        before = await store.open()
+        for seq in range(6):
+            await store.append("s1", seq, _event(seq))
+        redis_server.restart()
+        assert await store.read_after("s1", 2) is None
+        await store.append("s1", 6, _event(6))  # a new epoch, and a history starting at 6
+        assert store.epoch != before
+        assert await store.read_after("s1", 2) is None
+        assert (await store.read_after("s1", 5)).events == [_event(6)]  # type: ignore[union-attr]
+    finally:
+        await client.aclose()
+
+
+@aio
+async def test_an_unreachable_redis_is_store_unavailable_fast(tmp_path: Path) -> None:
+    client = connect_redis(f"redis://127.0.0.1:{free_port()}/0", timeout=0.5)
+    store = RedisReplayStore(client)
+    try:
+        async with asyncio.timeout(5):
+            with pytest.raises(StoreUnavailable, match="cannot be reached"):
+                await store.append("s1", 0, _event(0))
+            with pytest.raises(StoreUnavailable):
+                await store.read_after("s1", -1)
+    finally:
+        await client.aclose()
+
+
+@aio
+async def test_the_directory_finds_a_live_owner_and_not_a_dead_one(
+    redis_server: RedisServer,
+) -> None:
+    a_client = connect_redis(redis_server.url)
+    b_client = connect_redis(redis_server.url)
+    a = RedisDirectory(a_client, Owner("a", "127.0.0.1", 9001), heartbeat=0.05, expiry=0.3)
+    b = RedisDirectory(b_client, Owner("b", "127.0.0.1", 9002), heartbeat=0.05, expiry=0.3)
+    try:
+        await a.start()
+        await b.start()
+        await a.claim("ovp", "s1", ttl=30)
+        assert await b.lookup("ovp", "s1") == Owner("a", "127.0.0.1", 9001)
+        assert await b.lookup("brisvox", "s1") is None
+        await asyncio.sleep(0.5)  # heartbeats keep a alive past its expiry
+        assert await b.lookup("ovp", "s1") == a.me
+        await b.release("ovp", "s1")  # not b's: nothing happens
+        assert await b.lookup("ovp", "s1") == a.me
+        await a.close()  # a stops: its sessions have no owner now
+        assert await b.lookup("ovp", "s1") is None
+    finally:
+        await a.close()
+        await b.close()
+        await a_client.aclose()
+        await b_client.aclose()
+
+
+@aio
+async def test_an_owner_whose_heartbeat_stops_is_no_owner(redis_server: RedisServer) -> None:
+    client = connect_redis(redis_server.url)
+    a = RedisDirectory(client, Owner("a", "127.0.0.1", 9001), heartbeat=0.05, expiry=0.2)
+    try:
+        await a.start()
+        await a.claim("brisvox", "call-1", ttl=30)
+        assert a._task is not None
+        a._task.cancel()  # the process hangs or dies: no more heartbeats, entry left behind
+        await asyncio.sleep(0.3)
+        assert await a.lookup("brisvox", "call-1") is None
+    finally:
+        await a.close()
+        await client.aclose()
+
+
+@aio
+async def test_the_memory_directory_knows_only_itself() -> None:
+    me = Owner("solo", "127.0.0.1", 1)
+    directory = MemoryDirectory(me)
+    assert await directory.lookup("ovp", "s1") is None
+    await directory.claim("ovp", "s1", ttl=1)
+    assert await directory.lookup("ovp", "s1") == me
+    await directory.release("ovp", "s1")
+    assert await directory.lookup("ovp", "s1") is None

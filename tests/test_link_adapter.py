@@ -1,0 +1,342 @@
+"""The asyncio link adapter over real sockets on loopback: batches, faults, drain, keepalive."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+import pytest
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.asyncio.server import ServerConnection, serve
+from websockets.exceptions import ConnectionClosed
+
+from tests.faultproxy import FaultProxy
+from voxwire.clock import SYSTEM_CLOCK
+from voxwire.link import DownCause, Keepalive, Link, LinkDown, Outbound, Overflow, Put
+from voxwire.sansio import SendBinary, SendText
+
+TIMEOUT = 20.0
+
+
+def run(main: Callable[[], Awaitable[None]]) -> None:
+    async def bounded() -> None:
+        async with asyncio.timeout(TIMEOUT):
+            await main()
+
+    asyncio.run(bounded())
+
+
+def text(n: int, size: int = 0) -> SendText:
+    return SendText(f'{{"n":{n},"pad":"{"x" * size}"}}'.encode())
+
+
+@dataclass
+class Peer:
+    """A bare websockets server that keeps what it receives and how the connection closed."""
+
+    received: list[str | bytes] = field(default_factory=list)
+    close_code: int | None = None
+    closed: asyncio.Event = field(default_factory=asyncio.Event)
+    port: int = 0
+
+    async def handler(self, ws: ServerConnection) -> None:
+        try:
+            async for message in ws:
+                self.received.append(message)
+        except ConnectionClosed:
+            pass
+        self.close_code = ws.close_code
+        self.closed.set()
+
+
+@asynccontextmanager
+async def peer_and_client(
+    *, proxy: bool = False
+) -> AsyncIterator[tuple[Peer, ClientConnection, FaultProxy | None]]:
+    peer = Peer()
+    async with serve(peer.handler, "127.0.0.1", 0, max_size=None, compression=None) as server:
+        peer.port = server.sockets[0].getsockname()[1]
+        fault = FaultProxy(peer.port) if proxy else None
+        if fault is not None:
+            await fault.start()
+        url = fault.url if fault is not None else f"ws://127.0.0.1:{peer.port}"
+        ws = await connect(url, ping_interval=None, max_size=None, compression=None)
+        try:
+            yield peer, ws, fault
+        finally:
+            ws.transport.abort()
+            if fault is not None:
+                await fault.close()
+
+
+def downs() -> tuple[list[LinkDown], Callable[[LinkDown], None]]:
+    seen: list[LinkDown] = []
+    return seen, seen.append
+
+
+# -- batches and order ----------------------------------------------------------------------------
+
+
+def test_everything_queued_in_one_wakeup_goes_out_in_one_drain_in_order() -> None:
+    async def main() -> None:
+        async with peer_and_client() as (peer, ws, _):
+            outbound = Outbound(event_bound=1024, overflow=Overflow.DROP)
+            link = Link(ws, outbound, clock=SYSTEM_CLOCK, drain_timeout=2.0)
+            for n in range(1000):
+                assert link.event(text(n)) is Put.QUEUED
+            link.control(SendBinary(b"\x01\x02"))
+            link.close(1000, "done", final=[text(-1)])
+            await link.wait_closed()
+            await peer.closed.wait()
+            assert peer.received == [
+                b"\x01\x02",
+                *(text(n).data.decode() for n in range(1000)),
+                text(-1).data.decode(),
+            ]
+            assert peer.close_code == 1000
+            assert link.drains == 1 and link.frames == 1002
+            assert link.down is None and not link.up
+
+    run(main)
+
+
+def test_a_server_side_link_writes_its_batches_and_closes_with_its_code() -> None:
+    async def handler(ws: ServerConnection) -> None:
+        link = Link(ws, Outbound(event_bound=64, overflow=Overflow.WAIT), clock=SYSTEM_CLOCK,
+                    drain_timeout=2.0)  # fmt: skip
+        link.feed(text(n) for n in range(500))
+        link.close(1001, "bye", final=[SendBinary(b"end")])
+        await link.wait_closed()
+
+    async def main() -> None:
+        async with serve(handler, "127.0.0.1", 0, compression=None) as server:
+            port = server.sockets[0].getsockname()[1]
+            async with connect(f"ws://127.0.0.1:{port}", compression=None) as ws:
+                received = [message async for message in ws]
+                assert received == [*(text(n).data.decode() for n in range(500)), b"end"]
+                assert (ws.close_code, ws.close_reason) == (1001, "bye")
+
+    run(main)
+
+
+@pytest.mark.parametrize("burst", [256, 257, 10_000])
+def test_a_burst_over_the_event_bound_is_written_up_to_it_and_the_rest_reported(burst: int) -> None:
+    def lost(count: int) -> SendText:
+        return SendText(b'{"lost":%d}' % count)
+
+    async def main() -> None:
+        async with peer_and_client() as (peer, ws, _):
+            outbound = Outbound(event_bound=256, overflow=Overflow.DROP, report_lost=lost)
+            link = Link(ws, outbound, clock=SYSTEM_CLOCK, drain_timeout=2.0)
+            puts = [link.event(text(n)) for n in range(burst)]  # one burst: the writer sleeps
+            assert puts.count(Put.QUEUED) == 256 and puts.count(Put.DROPPED) == burst - 256
+            link.close(1000)
+            await link.wait_closed()
+            await peer.closed.wait()
+            expected = [text(n).data.decode() for n in range(256)]
+            if burst > 256:
+                expected.append(f'{{"lost":{burst - 256}}}')
+            assert peer.received == expected
+
+    run(main)
+
+
+def test_a_replay_of_4096_events_streams_through_a_bound_of_1024() -> None:
+    async def main() -> None:
+        async with peer_and_client() as (peer, ws, _):
+            outbound = Outbound(event_bound=1024, overflow=Overflow.WAIT, control_first=False)
+            link = Link(ws, outbound, clock=SYSTEM_CLOCK, drain_timeout=2.0)
+            assert link.feed(text(n) for n in range(4096)) is Put.QUEUED
+            assert outbound.waiting <= 1024
+            assert await link.put_event(text(4096)) is Put.QUEUED  # waits behind the replay
+            link.close(1000)
+            await link.wait_closed()
+            await peer.closed.wait()
+            assert peer.received == [text(n).data.decode() for n in range(4097)]
+            assert outbound.lost_total == 0 and link.down is None
+
+    run(main)
+
+
+def test_on_drained_tells_the_room_after_each_drain() -> None:
+    async def main() -> None:
+        async with peer_and_client() as (peer, ws, _):
+            rooms: list[int] = []
+            outbound = Outbound(event_bound=4, overflow=Overflow.WAIT)
+            link = Link(
+                ws, outbound, clock=SYSTEM_CLOCK, drain_timeout=2.0, on_drained=rooms.append
+            )
+            for n in range(3):
+                link.event(text(n))
+            while len(peer.received) < 3:
+                await asyncio.sleep(0.01)
+            assert rooms == [4]
+            link.feed(text(n) for n in range(10))
+            link.close(1000)
+            await link.wait_closed()
+            assert rooms == [4, 0, 0]  # the feed holds the room until it is in; the close: none
+
+    run(main)
+
+
+def test_put_event_waits_for_room_and_wait_room_returns_once_there_is_some() -> None:
+    async def main() -> None:
+        async with peer_and_client() as (peer, ws, _):
+            outbound = Outbound(event_bound=4, overflow=Overflow.WAIT)
+            link = Link(ws, outbound, clock=SYSTEM_CLOCK, drain_timeout=2.0)
+            for n in range(100):
+                assert await link.put_event(text(n)) is Put.QUEUED
+                assert outbound.waiting <= 4
+            await link.wait_room()
+            link.close(1000)
+            await link.wait_closed()
+            await peer.closed.wait()
+            assert len(peer.received) == 100
+
+    run(main)
+
+
+# -- faults ---------------------------------------------------------------------------------------
+
+
+def test_an_exception_in_the_writer_takes_the_link_down_and_calls_back() -> None:
+    def broken_stamp(frame: SendText, now: float) -> SendText:
+        raise RuntimeError("injected")
+
+    async def main() -> None:
+        async with peer_and_client() as (peer, ws, _):
+            seen, on_down = downs()
+            outbound = Outbound(event_bound=8, overflow=Overflow.DROP, stamp=broken_stamp)
+            link = Link(ws, outbound, clock=SYSTEM_CLOCK, drain_timeout=2.0, on_down=on_down)
+            link.control(text(1))
+            await link.wait_closed()
+            assert [d.cause for d in seen] == [DownCause.WRITER_FAILED]
+            assert "injected" in seen[0].reason
+            assert not link.up and link.down == seen[0]
+            assert link.control(text(2)) is Put.CLOSED  # never silently "up"
+            await peer.closed.wait()  # the peer sees the connection drop
+            assert peer.received == [] and peer.close_code == 1006
+
+    run(main)
+
+
+def test_a_peer_that_stops_reading_fails_the_drain_within_the_drain_timeout() -> None:
+    async def main() -> None:
+        async with peer_and_client(proxy=True) as (peer, ws, proxy):
+            assert proxy is not None
+            seen, on_down = downs()
+            outbound = Outbound(event_bound=4096, overflow=Overflow.DROP)
+            link = Link(ws, outbound, clock=SYSTEM_CLOCK, drain_timeout=0.5, on_down=on_down)
+            link.event(text(0))
+            while len(peer.received) < 1:
+                await asyncio.sleep(0.01)
+            proxy.stall()
+            started = time.monotonic()
+            for n in range(1, 1001):  # 64 MB: more than every buffer on the way holds
+                link.event(text(n, size=64_000))
+            await link.wait_closed()
+            took = time.monotonic() - started
+            assert [d.cause for d in seen] == [DownCause.DRAIN_TIMEOUT]
+            assert 0.5 <= took < 2.0
+
+    run(main)
+
+
+def test_the_control_queue_past_its_bound_takes_the_link_down() -> None:
+    async def main() -> None:
+        async with peer_and_client(proxy=True) as (_peer, ws, proxy):
+            assert proxy is not None
+            seen, on_down = downs()
+            outbound = Outbound(event_bound=8, overflow=Overflow.DROP, control_bound=8)
+            link = Link(ws, outbound, clock=SYSTEM_CLOCK, drain_timeout=5.0, on_down=on_down)
+            proxy.stall()
+            link.control(text(0, size=8_000_000))  # the writer is stuck in this drain
+            await asyncio.sleep(0.2)
+            puts = [link.control(text(n)) for n in range(1, 10)]
+            assert puts == [Put.QUEUED] * 8 + [Put.OVERFLOWED]
+            await link.wait_closed()
+            assert [d.cause for d in seen] == [DownCause.OVERFLOW]
+
+    run(main)
+
+
+def test_a_closed_connection_under_the_writer_takes_the_link_down() -> None:
+    async def main() -> None:
+        async with peer_and_client(proxy=True) as (_peer, ws, proxy):
+            assert proxy is not None
+            seen, on_down = downs()
+            link = Link(
+                ws,
+                Outbound(event_bound=8, overflow=Overflow.DROP),
+                clock=SYSTEM_CLOCK,
+                drain_timeout=2.0,
+                on_down=on_down,
+            )
+            proxy.reset()
+            await asyncio.sleep(0.1)
+            link.event(text(1))
+            await link.wait_closed()
+            assert [d.cause for d in seen] == [DownCause.CLOSED]
+
+    run(main)
+
+
+# -- keepalive ------------------------------------------------------------------------------------
+
+
+def test_a_healthy_link_stays_up_on_pongs() -> None:
+    async def main() -> None:
+        async with peer_and_client() as (_peer, ws, _):
+            seen, on_down = downs()
+            keepalive = Keepalive(ping_interval=0.1, silence_timeout=0.3, now=SYSTEM_CLOCK.now())
+            link = Link(
+                ws,
+                Outbound(event_bound=8, overflow=Overflow.DROP),
+                clock=SYSTEM_CLOCK,
+                drain_timeout=1.0,
+                keepalive=keepalive,
+                on_down=on_down,
+            )
+            await asyncio.sleep(1.0)
+            assert seen == [] and link.up and link.pongs >= 5
+            await link.stop()
+
+    run(main)
+
+
+@pytest.mark.parametrize("write_timeout", [0.2, 5.0])
+def test_a_black_hole_is_noticed_one_silence_timeout_after_the_last_sign_of_life(
+    write_timeout: float,
+) -> None:
+    async def main() -> None:
+        async with peer_and_client(proxy=True) as (_peer, ws, proxy):
+            assert proxy is not None
+            seen, on_down = downs()
+            at: list[float] = []
+
+            def down_at(down: LinkDown) -> None:
+                at.append(time.monotonic())
+                on_down(down)
+
+            keepalive = Keepalive(ping_interval=0.2, silence_timeout=0.6, now=SYSTEM_CLOCK.now())
+            link = Link(
+                ws,
+                Outbound(event_bound=8, overflow=Overflow.DROP),
+                clock=SYSTEM_CLOCK,
+                drain_timeout=write_timeout,
+                keepalive=keepalive,
+                on_down=down_at,
+            )
+            await asyncio.sleep(0.5)
+            assert link.pongs >= 1
+            proxy.blackhole()
+            link.event(text(1))  # a write into the hole changes nothing
+            await link.wait_closed()
+            assert [d.cause for d in seen] == [DownCause.SILENCE]
+            late = at[0] - keepalive.last_heard
+            assert 0.6 <= late < 0.6 + 0.4
+
+    run(main)

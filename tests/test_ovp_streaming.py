@@ -1,0 +1,71 @@
+"""The gateway's stream through the link's bounds: a replay of up to 4096 events and a live burst
+larger than the write queue both arrive whole, in order, on one link (issue 12, item 2)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.faultproxy import FaultProxy
+from tests.test_ovp_support import AGENT, CALL, SESSION, eventually, ovp_client, run, serving
+from voxwire import ovp
+from voxwire.clock import ScaledClock
+from voxwire.ovp._transport import WRITE_QUEUE
+from voxwire.ovp.gateway import GatewaySession
+
+
+async def started(session: GatewaySession) -> None:
+    session.start(CALL, AGENT)
+    async for _ in session:
+        pass
+
+
+def burst(session: GatewaySession, count: int) -> None:
+    """``count`` events at once, from one synchronous run of the application."""
+    for n in range(count):
+        session.send(ovp.AgentThinking, turn_id="t1", delta=f"d{n}")
+
+
+@pytest.mark.parametrize(
+    "missed", [WRITE_QUEUE + 1, ovp.REPLAY_BUFFER_MAX_EVENTS], ids=["queue+1", "buffer"]
+)
+def test_a_resume_replays_more_events_than_the_write_queue_holds(missed: int) -> None:
+    async def main() -> None:
+        clock = ScaledClock(10)
+        async with serving(started, clock=clock) as gateway, FaultProxy(gateway.port) as proxy:
+            client = ovp_client(proxy.url, clock, max_events=2 * missed)
+            await client.connect()
+            session = gateway.sessions[SESSION]
+            proxy.refuse = True
+            proxy.reset()
+            await eventually(lambda: not session.connected)
+            burst(session, missed)  # seq 1..missed while the client is away
+            proxy.refuse = False
+            await eventually(lambda: session.connected, timeout=10)
+            session.send(ovp.AgentThinking, turn_id="t1", delta="live")
+            session.end()
+            seqs = [message.seq async for message in client]
+            assert seqs == list(range(missed + 3))  # start, the replay, live, the end
+            assert client.reconnects == 1 and client.events_lost == 0
+            await client.close()
+
+    run(main(), timeout=30)
+
+
+@pytest.mark.parametrize(
+    "count", [WRITE_QUEUE + 76, ovp.REPLAY_BUFFER_MAX_EVENTS], ids=["1100", "buffer"]
+)
+def test_a_live_burst_larger_than_the_write_queue_arrives_whole_on_one_link(count: int) -> None:
+    async def main() -> None:
+        clock = ScaledClock(10)
+        async with serving(started, clock=clock) as gateway:
+            client = ovp_client(gateway.url, clock, max_events=2 * count)
+            await client.connect()
+            session = gateway.sessions[SESSION]
+            burst(session, count)
+            session.end()
+            seqs = [message.seq async for message in client]
+            assert seqs == list(range(count + 2))
+            assert client.reconnects == 0 and client.events_lost == 0
+            await client.close()
+
+    run(main(), timeout=30)
