@@ -43,13 +43,19 @@ def main(argv: list[str] | None = None) -> int:
         from fuzz.coverage import fuzz_with_atheris
 
         return fuzz_with_atheris(targets[0], args.seconds or 180.0, args.seed, args.time_bound)
+
+    def progress(partial: TargetReport) -> None:
+        _progress(partial)
+        if args.json is not None:  # a long run can be read before it ends
+            args.json.write_text(json.dumps(_as_json(Report(args.seed, [partial])), indent=2))
+
     report = run(
         targets,
         args.inputs,
         seed=args.seed,
         time_bound=args.time_bound,
         seconds=args.seconds,
-        progress=_progress,
+        progress=progress,
     )
     print(report.table())
     _print_findings(report)
