@@ -30,7 +30,7 @@ import ipaddress
 import logging
 import os
 import ssl as ssl_module
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Final, Literal, TypeAlias
@@ -334,14 +334,22 @@ class AgentSession:
             self._ready.clear()
             await self._ready.wait()
 
-    async def __aiter__(self) -> AsyncIterator[SessionEvent]:
-        while (event := await self.next_event()) is not None:
-            yield event
+    def __aiter__(self) -> AgentSession:
+        return self
+
+    async def __anext__(self) -> SessionEvent:
+        item = self._buffer.pop()  # the common case under load: no wait, no generator step
+        if item is None:
+            item = await self.next_event()
+            if item is None:
+                raise StopAsyncIteration
+        return item
 
     def _deliver(self, event: SessionEvent) -> None:
         if not self._buffer.push(event):
             log.debug("session %s: event queue full, %s dropped", self.id, type(event).__name__)
-        self._ready.set()
+        elif not self._ready.is_set():
+            self._ready.set()
 
     def _finish(self, event: SessionEnd | LinkClosed) -> None:
         self._ended = True
@@ -703,6 +711,11 @@ class AgentServer:
                 else:
                     outputs = link.core.receive_binary(raw, now)
                 self._handle_outputs(session, link, outputs)
+                if 2 * len(session._buffer) >= session._buffer.capacity:
+                    # Half the handler's queue waits: websockets hands over buffered messages
+                    # without yielding, so let the handler take some before the queue overflows
+                    # (one loop turn, never a wait on it).
+                    await asyncio.sleep(0)
         except ConnectionClosed:
             pass
         finally:

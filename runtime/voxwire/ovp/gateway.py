@@ -44,16 +44,20 @@ from websockets.http11 import Request, Response
 
 from voxwire.capture import Record, open_recorder
 from voxwire.clock import SYSTEM_CLOCK, Clock
+from voxwire.link import Link, Put
 from voxwire.ovp import (
     ENDPOINT_PATH,
     JWT_ALGORITHM,
+    MAX_RECEIVE_BYTES,
     MAX_TOKEN_LIFETIME_S,
     MIN_GATEWAY_SECRET_BYTES,
+    SILENCE_TIMEOUT_MS,
     SUBPROTOCOL,
     SUBPROTOCOL_ALIAS,
     SUBPROTOCOL_MISMATCH_HTTP_STATUS,
     TOKEN_CLOCK_LEEWAY_S,
     TOKEN_QUERY_PARAMETER,
+    WRITE_TIMEOUT_MS,
     AgentConfig,
     AudioFrame,
     CallInfo,
@@ -74,12 +78,7 @@ from voxwire.ovp._session import (
     SessionStateError,
     check_session_id,
 )
-from voxwire.ovp._transport import (
-    MAX_FRAME_SIZE,
-    Inbox,
-    LinkWriter,
-    install_token_redaction,
-)
+from voxwire.ovp._transport import WRITE_QUEUE, Inbox, open_link, perform
 from voxwire.ovp.gateway_core import (
     ClientEvent,
     GatewayCore,
@@ -90,6 +89,7 @@ from voxwire.ovp.gateway_core import (
     ToLink,
     refuse_token,
 )
+from voxwire.redaction import install_redaction
 
 __all__ = [
     "Gateway",
@@ -254,8 +254,9 @@ class GatewaySession:
             claims.session_id,
             epoch=time.time() - self._clock.now(),
             accept_patch=gateway.accept_patch,
+            window=WRITE_QUEUE,
         )
-        self._links: dict[int, LinkWriter] = {}
+        self._links: dict[int, Link] = {}
         self._inbox: Inbox[ClientMessage | AudioFrame] = Inbox(gateway.max_events)
         self._wake = asyncio.Event()
         self._sleeping_until = math.inf  # the deadline the timer task sleeps until
@@ -366,9 +367,10 @@ class GatewaySession:
     def _perform(self, out: list[GatewayOutput]) -> None:
         for item in out:
             if isinstance(item, ToLink):
-                writer = self._links.get(item.link)
-                if writer is not None:
-                    writer.post(item.action)
+                link = self._links.get(item.link)
+                if link is not None:
+                    put = perform(link, item.action, event=item.stream)
+                    assert put is not Put.FULL, "the core hands out no more than the window"
             elif isinstance(item, ClientEvent):
                 self._deliver(item.message)
             elif isinstance(item, AudioIn):
@@ -435,8 +437,8 @@ class GatewaySession:
                     await self._wake.wait()
         await clock.sleep(_TOMBSTONE_S)
         self._gateway._forget(self)
-        for writer in list(self._links.values()):
-            writer.abort()
+        for link in list(self._links.values()):
+            link.abort("the session is forgotten")
         if not self._links:  # else a reader may still record; the file is flushed anyway
             self._close_capture()
 
@@ -450,17 +452,20 @@ class GatewaySession:
         core, clock, recorder = self._core, self._clock, self._recorder
         record = None if recorder is None else partial(recorder.record, "server")
         link, out = core.open_link(clock.now())
-        writer = LinkWriter(
+        way_out = open_link(
             ws,
             clock,
             write_timeout=self._gateway.write_timeout,
+            keepalive=self._gateway.keepalive,
+            name=f"OVP session {self.session_id} link {link}",
             record=record,
-            written=lambda texts: self._perform(core.written(link, texts, clock.now())),
+            on_drained=lambda room: self._perform(core.drained(link, room, clock.now())),
         )
-        self._links[link] = writer
+        self._links[link] = way_out
         self._perform(out)
         try:
             async for data in ws:
+                way_out.heard()
                 if recorder is not None:
                     recorder.record("client", data)
                 if isinstance(data, str):
@@ -475,7 +480,7 @@ class GatewaySession:
             answered = answered and protocol.close_rcvd_then_sent is False
             self._perform(core.link_lost(link, clock.now(), answered_close=answered))
             del self._links[link]
-            await writer.stop()
+            await way_out.stop()
 
     async def _stop(self) -> None:
         self._perform(self._core.abort("the gateway is shutting down", self._clock.now()))
@@ -496,8 +501,10 @@ class Gateway:
         clock: The clock of every timer (resume window, 5 s events, tombstones).
         accept_patch: Judges each well-formed ``session.update`` patch: ``None`` applies it,
             a string refuses it with ``OVP_SESSION_UPDATE_REJECTED``.
-        write_timeout: Seconds a write may take before the connection is dropped.
-        keepalive: Seconds between pings; a pong missing as long again drops the connection.
+        write_timeout: Seconds one drain of a connection's queue may take before the connection
+            is dropped.
+        keepalive: Seconds of silence (no message, no pong) after which a connection counts as
+            dropped; it is pinged twice as often.
         max_events: Client events and frames a session holds for its application.
         ssl: An ``ssl.SSLContext`` to serve ``wss://``.
         record: Record every message of each session, sent and received, across its
@@ -514,8 +521,8 @@ class Gateway:
         port: int = 0,
         clock: Clock = SYSTEM_CLOCK,
         accept_patch: Callable[[SessionPatch], str | None] | None = None,
-        write_timeout: float = 10.0,
-        keepalive: float = 10.0,
+        write_timeout: float = WRITE_TIMEOUT_MS / 1000,
+        keepalive: float = SILENCE_TIMEOUT_MS / 1000,
         max_events: int = 4096,
         ssl: Any = None,
         record: Record = None,
@@ -558,8 +565,7 @@ class Gateway:
 
     async def start(self) -> None:
         """Listen."""
-        install_token_redaction()
-        keepalive = self.clock.real_seconds(self.keepalive)
+        install_redaction()
         self._server = await serve(
             self._connection,
             self.host,
@@ -567,9 +573,8 @@ class Gateway:
             process_request=self._process_request,
             process_response=self._process_response,
             compression=None,
-            max_size=MAX_FRAME_SIZE,
-            ping_interval=keepalive,
-            ping_timeout=keepalive,
+            max_size=MAX_RECEIVE_BYTES,
+            ping_interval=None,  # the link's keepalive
             close_timeout=self.clock.real_seconds(self.write_timeout),
             ssl=self._ssl,
         )
@@ -653,12 +658,19 @@ class Gateway:
                 raise TokenRejected("token is for another tenant")
         except TokenRejected as exc:
             log.info("session %s: refused a connection: %s", session_id, exc)
-            writer = LinkWriter(ws, self.clock, write_timeout=self.write_timeout)
+            link = open_link(
+                ws,
+                self.clock,
+                write_timeout=self.write_timeout,
+                keepalive=self.keepalive,
+                name=f"OVP session {session_id} refusal",
+            )
             for action in refuse_token(
                 session_id, str(exc), epoch=time.time() - self.clock.now(), now=self.clock.now()
             ):
-                writer.post(action)
-            await writer.wait_done()
+                perform(link, action)
+            await link.wait_closed()
+            await link.stop()
             return
         if session is None:
             session = GatewaySession(self, claims)
