@@ -4,62 +4,19 @@ not hold the call is relayed to the one that parked it; with no live owner it is
 from __future__ import annotations
 
 import asyncio
-import json
-import signal
-import subprocess
-import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
 from tests.peers.cluster_agent import TOKEN
 from tests.peers.raw import RawEngine, aio, frame, start
-from tests.servers import RedisServer, free_port, start_redis
+from tests.servers import PeerProcess, RedisServer, free_port, start_redis
 from voxwire import brisvox
 
 pytest.importorskip("redis", reason="the redis extra is not installed")
-
-
-class AgentProcess:
-    """An agent process of the cluster, and the lines it printed (read by a thread)."""
-
-    def __init__(self, process_id: str, port: int, popen: subprocess.Popen[str]) -> None:
-        self.process_id = process_id
-        self.port = port
-        self.popen = popen
-        self.lines: list[dict[str, object]] = []
-        self._changed = threading.Condition()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"ws://127.0.0.1:{self.port}"
-
-    def _read(self) -> None:
-        assert self.popen.stdout is not None
-        for text in self.popen.stdout:
-            with self._changed:
-                self.lines.append(json.loads(text))
-                self._changed.notify_all()
-
-    def read_until(
-        self, predicate: Callable[[dict[str, object]], bool], timeout: float = 10.0
-    ) -> dict[str, object]:
-        """The first printed line that satisfies ``predicate``, waiting up to ``timeout``."""
-        with self._changed:
-            found = self._changed.wait_for(
-                lambda: next((line for line in self.lines if predicate(line)), None), timeout
-            )
-        assert found, f"{self.process_id}: no such line within {timeout} s: {self.lines}"
-        return found
-
-    def kill(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGKILL)
-            self.popen.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")
@@ -67,33 +24,33 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
     yield from start_redis(tmp_path_factory.mktemp("redis"))
 
 
+@dataclass
+class AgentProcess:
+    process: PeerProcess
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}"
+
+
 @pytest.fixture
-def cluster(redis_server: RedisServer) -> Iterator[dict[str, AgentProcess]]:
+def cluster(redis_server: RedisServer, tmp_path: Path) -> Iterator[dict[str, AgentProcess]]:
     processes = {}
     for process_id in ("A", "B"):
         port = free_port()
-        popen = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tests.peers.cluster_agent",
-                process_id,
-                str(port),
-                redis_server.url,
-            ],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
+        module = "tests.peers.cluster_agent"
+        peer = PeerProcess(
+            process_id, module, process_id, str(port), redis_server.url, folder=tmp_path
         )
-        processes[process_id] = AgentProcess(process_id, port, popen)
+        processes[process_id] = AgentProcess(peer, port)
     try:
         for p in processes.values():
-            p.read_until(lambda line: line.get("event") == "ready", timeout=30)
+            p.process.wait_for(lambda line: line.get("event") == "ready", timeout=30)
         yield processes
     finally:
         for p in processes.values():
-            p.kill()
+            p.process.kill()
 
 
 def _resuming(seq: int, previous_seq: int, session_id: str) -> str:
@@ -106,7 +63,7 @@ async def _park_a_call_on(owner: AgentProcess, session_id: str) -> None:
     accept = await engine.handshake(start(session_id=session_id))
     assert isinstance(accept, brisvox.SessionAccept) and accept.resume
     await engine.send(frame("user.text", 2, epoch=1, text="before"))
-    await asyncio.to_thread(owner.read_until, lambda line: line.get("text") == "before")
+    await asyncio.to_thread(owner.process.wait_for, lambda line: line.get("text") == "before")
     engine.ws.transport.abort()  # the link is lost: the call parks on its owner
     await asyncio.sleep(0.3)
 
@@ -122,7 +79,9 @@ async def test_a_resumption_landing_on_the_other_process_reaches_the_parked_call
     assert accept == brisvox.SessionAccept(version=1, tools=[], resume=True)
     await engine.send(frame("events.lost", 6, count=2))
     await engine.send(frame("user.text", 7, epoch=2, text="after, through B"))
-    resumed = await asyncio.to_thread(a.read_until, lambda line: line.get("event") == "resumed")
+    resumed = await asyncio.to_thread(
+        a.process.wait_for, lambda line: line.get("event") == "resumed"
+    )
     assert resumed == {
         "process": "A",
         "session": "call-1",
@@ -130,11 +89,15 @@ async def test_a_resumption_landing_on_the_other_process_reaches_the_parked_call
         "attempt": 1,
         "seq": 5,
     }
-    lost = await asyncio.to_thread(a.read_until, lambda line: line.get("event") == "events.lost")
+    lost = await asyncio.to_thread(
+        a.process.wait_for, lambda line: line.get("event") == "events.lost"
+    )
     assert lost["count"] == 2
-    await asyncio.to_thread(a.read_until, lambda line: line.get("text") == "after, through B")
+    await asyncio.to_thread(a.process.wait_for, lambda line: line.get("text") == "after, through B")
     await engine.close()
-    assert not [line for line in b.lines if line.get("session") == "call-1"]  # B held nothing
+    assert not [
+        line for line in b.process.lines if line.get("session") == "call-1"
+    ]  # B held nothing
 
 
 @aio
@@ -143,7 +106,7 @@ async def test_a_resumption_of_a_call_whose_owner_died_is_refused_fast(
 ) -> None:
     a, b = cluster["A"], cluster["B"]
     await _park_a_call_on(a, "call-2")
-    a.kill()  # the owner dies with the parked call
+    a.process.kill()  # the owner dies with the parked call
     for wait in (0.0, 1.2):  # at once (its port refuses), and after its heartbeat expired
         await asyncio.sleep(wait)
         engine = await RawEngine.open(b.url, TOKEN)

@@ -44,6 +44,8 @@ from websockets.http11 import Request, Response
 
 from voxwire.capture import Record, open_recorder
 from voxwire.clock import SYSTEM_CLOCK, Clock
+from voxwire.cluster import Directory, StoreUnavailable
+from voxwire.cluster.relay import RelayFailed, carry, open_relay
 from voxwire.link import Link, Put
 from voxwire.ovp import (
     ENDPOINT_PATH,
@@ -116,6 +118,11 @@ _REQUIRED_CLAIMS: Final = ("exp", "iat", "tenant_id", "session_id")
 # resume is refused (OVP_RESUME_EXPIRED) rather than starting the session anew.
 _TOMBSTONE_S: Final = MAX_TOKEN_LIFETIME_S + 2 * TOKEN_CLOCK_LEEWAY_S
 _LOOPBACK: Final = frozenset({"127.0.0.1", "::1", "localhost"})
+_CLUSTER_KEY: Final = "ovp"
+"""The protocol's name in the owner directory (voxwire.cluster), beside Brisvox's."""
+_OWNERSHIP_S: Final = 24 * 3600.0
+"""How long an owner entry lives unrefreshed. Liveness is the owner process's heartbeat, so a
+dead process's entries are no owner at once; this only bounds what a crash leaves in Redis."""
 
 
 class GatewayConfigError(ValueError):
@@ -510,6 +517,9 @@ class Gateway:
         record: Record every message of each session, sent and received, across its
             connections, into this capture (a path, ``{session_id}`` in it replaced by the
             session's id; or a ``voxwire.capture.Recorder``); see ``voxwire validate``.
+        directory: With several gateway processes (``voxwire.cluster``): each session this
+            gateway holds is recorded as its own, and a connection for a session another live
+            process holds is relayed there (the token is checked here first).
     """
 
     def __init__(
@@ -526,6 +536,7 @@ class Gateway:
         max_events: int = 4096,
         ssl: Any = None,
         record: Record = None,
+        directory: Directory | None = None,
     ) -> None:
         self.handler = handler
         self._secret = _key(secret)
@@ -537,9 +548,11 @@ class Gateway:
         self.keepalive = keepalive
         self.max_events = max_events
         self.record = record
+        self.directory = directory
         self._ssl = ssl
         self._server: Server | None = None
         self._sessions: dict[str, GatewaySession] = {}
+        self._owning: set[asyncio.Task[None]] = set()
         self._selected: weakref.WeakKeyDictionary[ServerConnection, str] = (
             weakref.WeakKeyDictionary()
         )
@@ -603,6 +616,57 @@ class Gateway:
     def _forget(self, session: GatewaySession) -> None:
         if self._sessions.get(session.session_id) is session:
             del self._sessions[session.session_id]
+            self._own(session.session_id, owned=False)
+
+    # -- several processes (voxwire.cluster) ----------------------------------------------------
+
+    def _own(self, session_id: str, *, owned: bool) -> None:
+        """Record (or forget) this gateway as the owner of ``session_id``, in a task."""
+        if self.directory is None:
+            return
+        directory = self.directory
+
+        async def update() -> None:
+            try:
+                if owned:
+                    await directory.claim(_CLUSTER_KEY, session_id, _OWNERSHIP_S)
+                else:
+                    await directory.release(_CLUSTER_KEY, session_id)
+            except StoreUnavailable as exc:
+                # Not recorded: a resume landing on another process is refused there
+                # (OVP_RESUME_EXPIRED), as with one process; one landing here still works.
+                log.warning("session %s: the owner directory was not updated: %s", session_id, exc)
+
+        task = asyncio.create_task(update(), name=f"ovp-own-{session_id}")
+        self._owning.add(task)
+        task.add_done_callback(self._owning.discard)
+
+    async def _relayed(self, ws: ServerConnection, session_id: str) -> bool:
+        """Relay ``ws`` to the live process that holds ``session_id``; False if there is none."""
+        if self.directory is None:
+            return False
+        try:
+            owner = await self.directory.lookup(_CLUSTER_KEY, session_id)
+        except StoreUnavailable as exc:
+            log.warning("session %s: the owner directory cannot be read: %s", session_id, exc)
+            return False
+        if owner is None or owner.process_id == self.directory.me.process_id:
+            return False
+        assert ws.request is not None
+        try:
+            # The token form: the relay is a voxwire client, and the owner answers it alike.
+            upstream = await open_relay(owner, ws.request.path, subprotocol=SUBPROTOCOL_ALIAS)
+        except RelayFailed as exc:
+            log.warning(
+                "session %s: held by %s, which cannot be reached: %s",
+                session_id,
+                owner.process_id,
+                exc,
+            )
+            return False
+        log.info("session %s: held by %s; relaying the connection", session_id, owner.process_id)
+        await carry(ws, upstream, owner)
+        return True
 
     def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
         """Route the path, check the subprotocol; the token waits for the handshake's end."""
@@ -672,8 +736,11 @@ class Gateway:
             await link.wait_closed()
             await link.stop()
             return
+        if session is None and await self._relayed(ws, session_id):
+            return
         if session is None:
             session = GatewaySession(self, claims)
             self._sessions[session_id] = session
+            self._own(session_id, owned=True)
             session._launch()
         await session._serve(ws)
