@@ -114,3 +114,34 @@ def test_serve_answers_a_session_request_in_one_line() -> None:
     assert serve(io.BytesIO((json.dumps(request(case)) + "\n").encode()), stdout) == 0
     (line,) = stdout.getvalue().splitlines()
     assert json.loads(line)["steps"] == case.expect["steps"]
+
+
+def _as_capture(case: Case) -> str:
+    recorded_by = "server" if case.data["side"] == "gateway" else "client"
+    header = {"capture": "voxwire", "version": 1, "protocol": case.protocol}
+    lines = [json.dumps({**header, "recorded_by": recorded_by})]
+    lines += [
+        json.dumps({"t": s["t"], "from": s["from"], "text": s["text"]}) for s in case.data["steps"]
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def test_voxwire_validate_judges_the_cases_a_capture_can_hold(sessions: list[Case]) -> None:
+    """A case without link events is a capture. ``voxwire validate`` reports a violation with
+    the verdict's code at every step refused with an error, and none at a step sent or accepted;
+    at a step the side ignores it may report what the sender broke (a duplicate seq)."""
+    from voxwire.validate import Tally, Violation, check_capture
+
+    checked = 0
+    for case in sessions:
+        if any("link" in step for step in case.data["steps"]):
+            continue  # a capture records no link events (yet)
+        _, findings = check_capture(io.StringIO(_as_capture(case)), Tally())
+        found = {f.line - 2: str(f.code) for f in findings if isinstance(f, Violation)}
+        verdicts = case.expect["steps"]
+        errors = {i: v["code"] for i, v in enumerate(verdicts) if v["verdict"] == "error"}
+        assert {i: found[i] for i in errors if i in found} == errors, case.id
+        extra = set(found) - set(errors)
+        assert all(verdicts[i]["verdict"] == "ignored" for i in extra), (case.id, found)
+        checked += 1
+    assert checked >= 8

@@ -17,7 +17,14 @@ from msgspec import UNSET
 from voxwire import ovp
 from voxwire.ovp._session import Sent, SessionOver
 from voxwire.ovp.client_core import ClientCore, ClientOutput, Rejected, ServerEvent
-from voxwire.ovp.gateway_core import ClientEvent, GatewayCore, GatewayOutput, Resumed, ToLink
+from voxwire.ovp.gateway_core import (
+    STREAM_WINDOW,
+    ClientEvent,
+    GatewayCore,
+    GatewayOutput,
+    Resumed,
+    ToLink,
+)
 from voxwire.sansio import Close, SendText
 
 __all__ = ["SIDES", "play"]
@@ -108,8 +115,8 @@ class _Gateway:
             for o in out
             if isinstance(o, ToLink) and o.link == self.link and isinstance(o.action, SendText)
         )
-        if count:
-            self._written(self.core.written(self.link, count, t), t)
+        if count:  # its queue drained at once: the whole window is free again
+            self._written(self.core.drained(self.link, STREAM_WINDOW, t), t)
 
 
 def _judge(out: list[GatewayOutput], link: int) -> Verdict:
