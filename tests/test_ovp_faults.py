@@ -277,11 +277,11 @@ def test_a_writer_that_fails_takes_the_link_down_and_the_session_resumes(
     failing = {"armed": False}
     names = {"client": " to ws://", "gateway": " link 0"}
 
-    def faulty(link: Link, frames: list[Any]) -> None:
+    def faulty(link: Link, frames: list[Any]) -> bool:
         if failing["armed"] and names[side] in link.name:
             failing["armed"] = False
             raise RuntimeError("injected writer fault")
-        write_now(link, frames)
+        return write_now(link, frames)
 
     monkeypatch.setattr(Link, "_write_now", faulty)
 

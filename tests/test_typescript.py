@@ -41,8 +41,9 @@ def test_the_package_has_no_runtime_dependencies_and_packs_its_build() -> None:
 
 def test_the_installed_package_compiles_strict_and_passes_its_node_tests() -> None:
     project = consumer()
-    out = project.compile(TESTS / "codec.test.ts")
-    done = run([node(), "--test", str(out / "codec.test.js")], project.root, timeout=120)
+    out = project.compile(TESTS / "codec.test.ts", TESTS / "client.test.ts")
+    tests = [str(out / "codec.test.js"), str(out / "client.test.js")]
+    done = run([node(), "--test", *tests], project.root, timeout=120)
     assert "# fail 0" in done.stdout, done.stdout
 
 
