@@ -104,6 +104,9 @@ class EngineSends(Generic[Sent]):
         """The last message of the call.
 
         Sends ``session.end`` (:class:`SessionEnd`); the arguments are its fields.
+
+        Args:
+            reason: Why the call ended (call_ended, hangup, ended_by_agent, or a newer reason).
         """
         return self._send(SessionEnd, _given(reason=reason))
 
@@ -119,6 +122,13 @@ class EngineSends(Generic[Sent]):
         """What the call used and how fast it was, sent once right before session.end.
 
         Sends ``session.usage`` (:class:`SessionUsage`); the arguments are its fields.
+
+        Args:
+            duration_ms: From the start to the end of the call, on the server's clock.
+            turns: Turns that finished.
+            interrupted_turns: Of turns, the ones the caller interrupted.
+            latency: Average and worst latency per stage.
+            usage: The providers' units (LLM tokens, STT audio seconds, TTS characters).
         """
         return self._send(
             SessionUsage,
@@ -135,6 +145,9 @@ class EngineSends(Generic[Sent]):
         """A user turn started (speech, or a confirmed barge-in).
 
         Sends ``turn.user_started`` (:class:`TurnUserStarted`); the arguments are its fields.
+
+        Args:
+            epoch: The engine's turn number.
         """
         return self._send(TurnUserStarted, _given(epoch=epoch))
 
@@ -142,6 +155,9 @@ class EngineSends(Generic[Sent]):
         """The user turn ended and the engine answers it now.
 
         Sends ``turn.user_ended`` (:class:`TurnUserEnded`); the arguments are its fields.
+
+        Args:
+            epoch: The engine's turn number.
         """
         return self._send(TurnUserEnded, _given(epoch=epoch))
 
@@ -149,6 +165,9 @@ class EngineSends(Generic[Sent]):
         """The bot's audio of the epoch started playing.
 
         Sends ``turn.bot_started`` (:class:`TurnBotStarted`); the arguments are its fields.
+
+        Args:
+            epoch: The turn whose audio started.
         """
         return self._send(TurnBotStarted, _given(epoch=epoch))
 
@@ -156,6 +175,9 @@ class EngineSends(Generic[Sent]):
         """The bot's audio of the epoch played to its end.
 
         Sends ``turn.bot_ended`` (:class:`TurnBotEnded`); the arguments are its fields.
+
+        Args:
+            epoch: The turn whose audio ended.
         """
         return self._send(TurnBotEnded, _given(epoch=epoch))
 
@@ -163,6 +185,9 @@ class EngineSends(Generic[Sent]):
         """A barge-in moved the call to a new epoch; everything older was dropped.
 
         Sends ``turn.interrupted`` (:class:`TurnInterrupted`); the arguments are its fields.
+
+        Args:
+            epoch: The epoch the call moved to.
         """
         return self._send(TurnInterrupted, _given(epoch=epoch))
 
@@ -170,6 +195,10 @@ class EngineSends(Generic[Sent]):
         """The latencies of a turn, taken when its first audio went out.
 
         Sends ``turn.metrics`` (:class:`TurnMetrics`); the arguments are its fields.
+
+        Args:
+            epoch: The turn measured.
+            metrics: The turn's latencies; a value no stage measured is absent or null.
         """
         return self._send(TurnMetrics, _given(epoch=epoch, metrics=metrics))
 
@@ -177,6 +206,10 @@ class EngineSends(Generic[Sent]):
         """An STT segment, interim while final is false.
 
         Sends ``user.transcript`` (:class:`UserTranscript`); the arguments are its fields.
+
+        Args:
+            text: The segment's text.
+            final: True for a final segment, false for an interim one.
         """
         return self._send(UserTranscript, _given(text=text, final=final))
 
@@ -184,6 +217,10 @@ class EngineSends(Generic[Sent]):
         """The whole text of the user turn the LLM answers (spoken finals and typed text).
 
         Sends ``user.text`` (:class:`UserText`); the arguments are its fields.
+
+        Args:
+            epoch: The user turn.
+            text: The turn's text.
         """
         return self._send(UserText, _given(epoch=epoch, text=text))
 
@@ -191,6 +228,9 @@ class EngineSends(Generic[Sent]):
         """The LLM started a response round (a tool loop has several).
 
         Sends ``bot.llm_started`` (:class:`BotLlmStarted`); the arguments are its fields.
+
+        Args:
+            epoch: The response's turn.
         """
         return self._send(BotLlmStarted, _given(epoch=epoch))
 
@@ -198,6 +238,10 @@ class EngineSends(Generic[Sent]):
         """A streamed LLM delta; a bot line arrives as one delta.
 
         Sends ``bot.text`` (:class:`BotText`); the arguments are its fields.
+
+        Args:
+            epoch: The response's turn.
+            text: The delta.
         """
         return self._send(BotText, _given(epoch=epoch, text=text))
 
@@ -207,6 +251,11 @@ class EngineSends(Generic[Sent]):
         """The response ended.
 
         Sends ``bot.llm_stopped`` (:class:`BotLlmStopped`); the arguments are its fields.
+
+        Args:
+            epoch: The response's turn.
+            usage: The provider's token counts, summed over the rounds of the turn; absent or
+                null when the provider reported nothing (an older server sends none).
         """
         return self._send(BotLlmStopped, _given(epoch=epoch, usage=usage))
 
@@ -214,6 +263,10 @@ class EngineSends(Generic[Sent]):
         """A chunk of text sent to the TTS.
 
         Sends ``bot.tts_text`` (:class:`BotTtsText`); the arguments are its fields.
+
+        Args:
+            epoch: The response's turn.
+            text: The chunk.
         """
         return self._send(BotTtsText, _given(epoch=epoch, text=text))
 
@@ -221,6 +274,9 @@ class EngineSends(Generic[Sent]):
         """The TTS produced the response's last audio.
 
         Sends ``bot.tts_stopped`` (:class:`BotTtsStopped`); the arguments are its fields.
+
+        Args:
+            epoch: The response's turn.
         """
         return self._send(BotTtsStopped, _given(epoch=epoch))
 
@@ -229,6 +285,11 @@ class EngineSends(Generic[Sent]):
         id.
 
         Sends ``error`` (:class:`ErrorEvent`); the arguments are its fields.
+
+        Args:
+            stage: The stage that reported it; agent_link for the link's own refusals.
+            message: What went wrong.
+            fatal: True when the stage cannot go on.
         """
         return self._send(ErrorEvent, _given(stage=stage, message=message, fatal=fatal))
 
@@ -238,6 +299,12 @@ class EngineSends(Generic[Sent]):
         """Run a remote tool and answer with tool.result echoing id.
 
         Sends ``tool.call`` (:class:`ToolCall`); the arguments are its fields.
+
+        Args:
+            call_id: The tool-call id inside the conversation (the LLM's call id).
+            name: The tool name as declared.
+            arguments: The arguments, already validated against the declared parameters.
+            epoch: The turn the call belongs to.
         """
         return self._send(
             ToolCall, _given(call_id=call_id, name=name, arguments=arguments, epoch=epoch)
@@ -247,6 +314,10 @@ class EngineSends(Generic[Sent]):
         """The server stopped waiting for a tool call; a later result is ignored.
 
         Sends ``tool.cancel`` (:class:`ToolCancel`); the arguments are its fields.
+
+        Args:
+            id: The tool.call's id.
+            reason: Why the server stopped waiting.
         """
         return self._send(ToolCancel, _given(id=id, reason=reason))
 
@@ -256,6 +327,11 @@ class EngineSends(Generic[Sent]):
         """The outcome of a command that carried an id.
 
         Sends ``command.result`` (:class:`CommandResult`); the arguments are its fields.
+
+        Args:
+            id: The command's id.
+            ok: Whether the command was applied.
+            error: Why it failed; present when ok is false.
         """
         return self._send(CommandResult, _given(id=id, ok=ok, error=error))
 
@@ -342,6 +418,16 @@ class AgentSends(Generic[Sent]):
         """The agent takes the call, with its version, tools, prompt and subscription.
 
         Sends ``session.accept`` (:class:`SessionAccept`); the arguments are its fields.
+
+        Args:
+            tools: The remote tools the agent implements, possibly empty.
+            system_prompt: Replaces the agent definition's system prompt (with a flow, the
+                node's prompt, until the next transition).
+            context: The initial conversation.
+            greeting: A bot line spoken at once, like a say.
+            events: The event types to receive: absent means every event, [] none.
+            resume: True promises to keep the call's state (keyed by session_id) for a while
+                after a lost link, so the server reconnects instead of giving up.
         """
         return self._send(
             SessionAccept,
@@ -359,6 +445,11 @@ class AgentSends(Generic[Sent]):
         """The agent does not take this call.
 
         Sends ``session.reject`` (:class:`SessionReject`); the arguments are its fields.
+
+        Args:
+            code: Why: unsupported_version, unknown_session, unavailable, or any string the
+                application chooses.
+            message: A human-readable explanation, for the server's log.
         """
         return self._send(SessionReject, _given(code=code, message=message))
 
@@ -368,6 +459,12 @@ class AgentSends(Generic[Sent]):
         """The outcome of a tool.call.
 
         Sends ``tool.result`` (:class:`ToolResult`); the arguments are its fields.
+
+        Args:
+            id: The tool.call's id.
+            result: The tool's result: a string reaches the LLM unchanged, any other JSON value
+                in compact form; null is a valid result.
+            error: A failure; it reaches the LLM as a tool_failed error result.
         """
         return self._send(ToolResult, _given(id=id, result=result, error=error))
 
@@ -375,6 +472,13 @@ class AgentSends(Generic[Sent]):
         """Speak a bot line verbatim, with no LLM request.
 
         Sends ``say`` (:class:`Say`); the arguments are its fields.
+
+        Args:
+            re: The seq of the server event the command reacts to; the server measures the hop
+                latency with it.
+            text: The line to speak.
+            interrupt: Drop the lines waiting before this one and cut a running response, like a
+                barge-in (never the user: while the user speaks every line waits).
         """
         return self._send(Say, _given(re=re, text=text, interrupt=interrupt))
 
@@ -388,6 +492,12 @@ class AgentSends(Generic[Sent]):
         """End the call gracefully, after an optional farewell.
 
         Sends ``end`` (:class:`End`); the arguments are its fields.
+
+        Args:
+            re: The seq of the server event the command reacts to; the server measures the hop
+                latency with it.
+            say: A farewell line, with the rules of say.text.
+            reason: A note for the server's records.
         """
         return self._send(End, _given(re=re, say=say, reason=reason))
 
@@ -403,6 +513,15 @@ class AgentSends(Generic[Sent]):
         """Transfer the call through its carrier binding.
 
         Sends ``transfer`` (:class:`Transfer`); the arguments are its fields.
+
+        Args:
+            re: The seq of the server event the command reacts to; the server measures the hop
+                latency with it.
+            destination: An E.164 number: + and min_e164_digits to max_e164_digits ASCII digits,
+                nothing else (no spaces, dashes, tel: or sip:).
+            mode: cold (the default) or warm.
+            summary: A summary for the person taking the call (warm transfer).
+            reason: A note for the server's records.
         """
         return self._send(
             Transfer,
@@ -419,6 +538,12 @@ class AgentSends(Generic[Sent]):
         """Replace the system prompt and/or append messages to the conversation.
 
         Sends ``context.update`` (:class:`ContextUpdate`); the arguments are its fields.
+
+        Args:
+            re: The seq of the server event the command reacts to; the server measures the hop
+                latency with it.
+            system_prompt: The new system prompt.
+            append: Messages appended to the conversation, in order.
         """
         return self._send(ContextUpdate, _given(re=re, system_prompt=system_prompt, append=append))
 
@@ -426,6 +551,12 @@ class AgentSends(Generic[Sent]):
         """Choose which tools the LLM is offered.
 
         Sends ``tools.set`` (:class:`ToolsSet`); the arguments are its fields.
+
+        Args:
+            re: The seq of the server event the command reacts to; the server measures the hop
+                latency with it.
+            enabled: Names of the tools to offer, local and remote; null offers every tool
+                again, [] none.
         """
         return self._send(ToolsSet, _given(re=re, enabled=enabled))
 

@@ -110,6 +110,10 @@ class GatewaySends(Generic[Sent]):
         and audio invariants.
 
         Sends ``session.start`` (:class:`SessionStart`); the arguments are its fields.
+
+        Args:
+            call: The SIP call.
+            agent: The agent's configuration and tools.
         """
         return self._send(SessionStart, _given(call=call, agent=agent))
 
@@ -118,6 +122,11 @@ class GatewaySends(Generic[Sent]):
         with 1000.
 
         Sends ``session.end`` (:class:`SessionEnd`); the arguments are its fields.
+
+        Args:
+            reason: Why the session ended.
+            error_code: The code of the fatal error that ended the session, when one did (reason
+                error, max_duration, spend_cap).
         """
         return self._send(SessionEnd, _given(reason=reason, error_code=error_code))
 
@@ -128,6 +137,12 @@ class GatewaySends(Generic[Sent]):
         VAD UI).
 
         Sends ``audio.ingress`` (:class:`AudioIngress`); the arguments are its fields.
+
+        Args:
+            window_ms: Length of the window acknowledged.
+            frames: Client frames ingested in the window.
+            last_frame_seq: The frame_seq of the last client frame ingested.
+            speech: True when voice activity was detected in the window.
         """
         return self._send(
             AudioIngress,
@@ -142,6 +157,12 @@ class GatewaySends(Generic[Sent]):
         """Progress of the TTS audio of one utterance; pairs with the binary frames carrying it.
 
         Sends ``audio.egress`` (:class:`AudioEgress`); the arguments are its fields.
+
+        Args:
+            utterance_id: The TTS utterance.
+            turn_id: The agent turn the utterance speaks.
+            bytes_sent: PCM bytes of the utterance sent so far (640 per frame).
+            final: True when the utterance's audio is complete.
         """
         return self._send(
             AudioEgress,
@@ -152,6 +173,10 @@ class GatewaySends(Generic[Sent]):
         """Discard the agent's queued audio immediately.
 
         Sends ``audio.flush`` (:class:`AudioFlush`); the arguments are its fields.
+
+        Args:
+            cause: Why the audio is discarded.
+            turn_id: The agent turn whose audio is discarded, when one was speaking.
         """
         return self._send(AudioFlush, _given(cause=cause, turn_id=turn_id))
 
@@ -169,6 +194,14 @@ class GatewaySends(Generic[Sent]):
 
         Sends ``transcript.partial`` (:class:`TranscriptPartial`); the arguments are its
         fields.
+
+        Args:
+            utterance_id: The utterance; shared by its partials and its final.
+            speaker: Whose speech it is.
+            language: The recognised language, a BCP 47 tag.
+            text: The interim text of the whole utterance so far.
+            confidence: The recogniser's confidence, 0 to 1.
+            words: Interim word timings.
         """
         return self._send(
             TranscriptPartial,
@@ -195,6 +228,14 @@ class GatewaySends(Generic[Sent]):
         """Committed STT output for an utterance, with word-level timing.
 
         Sends ``transcript.final`` (:class:`TranscriptFinal`); the arguments are its fields.
+
+        Args:
+            utterance_id: The utterance.
+            speaker: Whose speech it is.
+            language: The recognised language, a BCP 47 tag.
+            text: The committed text.
+            confidence: The recogniser's confidence in the utterance, 0 to 1.
+            words: Word-level timing, in order; empty when the recogniser gives none.
         """
         return self._send(
             TranscriptFinal,
@@ -212,6 +253,10 @@ class GatewaySends(Generic[Sent]):
         """One streamed chunk (delta) of the LLM's output for a turn.
 
         Sends ``agent.thinking`` (:class:`AgentThinking`); the arguments are its fields.
+
+        Args:
+            turn_id: The agent turn.
+            delta: The next chunk of the LLM's text.
         """
         return self._send(AgentThinking, _given(turn_id=turn_id, delta=delta))
 
@@ -219,6 +264,11 @@ class GatewaySends(Generic[Sent]):
         """Committed agent response text for a turn.
 
         Sends ``agent.output`` (:class:`AgentOutput`); the arguments are its fields.
+
+        Args:
+            turn_id: The agent turn.
+            text: The turn's committed response text so far.
+            final: True when the turn's response text is complete.
         """
         return self._send(AgentOutput, _given(turn_id=turn_id, text=text, final=final))
 
@@ -228,6 +278,12 @@ class GatewaySends(Generic[Sent]):
         """The LLM is calling a tool; carries the arguments.
 
         Sends ``agent.tool.invoke`` (:class:`AgentToolInvoke`); the arguments are its fields.
+
+        Args:
+            turn_id: The agent turn.
+            tool_call_id: The tool call, unique within the session.
+            name: The tool's name.
+            arguments: The arguments, which the tool's input_schema must accept.
         """
         return self._send(
             AgentToolInvoke,
@@ -239,6 +295,11 @@ class GatewaySends(Generic[Sent]):
 
         Sends ``agent.tool.streaming`` (:class:`AgentToolStreaming`); the arguments are its
         fields.
+
+        Args:
+            turn_id: The agent turn.
+            tool_call_id: The tool call.
+            partial: The partial result, any JSON value.
         """
         return self._send(
             AgentToolStreaming, _given(turn_id=turn_id, tool_call_id=tool_call_id, partial=partial)
@@ -250,6 +311,12 @@ class GatewaySends(Generic[Sent]):
         """The final result of a tool call and how long it took.
 
         Sends ``agent.tool.result`` (:class:`AgentToolResult`); the arguments are its fields.
+
+        Args:
+            turn_id: The agent turn.
+            tool_call_id: The tool call.
+            result: The tool's result, any JSON value (usually an object).
+            duration_ms: Time from the invocation to the result.
         """
         return self._send(
             AgentToolResult,
@@ -271,6 +338,14 @@ class GatewaySends(Generic[Sent]):
         """A tool call failed; carries whether retrying may succeed.
 
         Sends ``agent.tool.error`` (:class:`AgentToolError`); the arguments are its fields.
+
+        Args:
+            turn_id: The agent turn.
+            tool_call_id: The tool call.
+            code: OVP_TOOL_UNKNOWN, OVP_TOOL_ARGS_INVALID or the tool's own error code.
+            message: What went wrong, for people.
+            retryable: True when calling the tool again with the same arguments may succeed.
+            duration_ms: Time from the invocation to the failure, when the tool ran.
         """
         return self._send(
             AgentToolError,
@@ -289,6 +364,11 @@ class GatewaySends(Generic[Sent]):
         heard.
 
         Sends ``agent.barge_in`` (:class:`AgentBargeIn`); the arguments are its fields.
+
+        Args:
+            turn_id: The agent turn that was cut.
+            played_bytes: PCM bytes of the turn the caller heard.
+            played_ms: Milliseconds of the turn the caller heard.
         """
         return self._send(
             AgentBargeIn, _given(turn_id=turn_id, played_bytes=played_bytes, played_ms=played_ms)
@@ -305,6 +385,12 @@ class GatewaySends(Generic[Sent]):
         """The agent sends the caller an image over a messaging channel.
 
         Sends ``image.send`` (:class:`ImageSend`); the arguments are its fields.
+
+        Args:
+            channel: The channel that carries the image.
+            media_url: Where the image is hosted (https).
+            caption: Text sent with the image.
+            media_id: Platform id of the sent media.
         """
         return self._send(
             ImageSend,
@@ -325,6 +411,15 @@ class GatewaySends(Generic[Sent]):
         """The agent sends the caller a file (a PDF, etc.) over a messaging channel.
 
         Sends ``file.attach`` (:class:`FileAttach`); the arguments are its fields.
+
+        Args:
+            channel: The channel that carries the file.
+            media_url: Where the file is hosted (https).
+            file_name: The file name the caller sees.
+            mime_type: The file's media type (application/pdf), without parameters.
+            size_bytes: The file's size.
+            caption: Text sent with the file.
+            media_id: Platform id of the sent media.
         """
         return self._send(
             FileAttach,
@@ -345,6 +440,11 @@ class GatewaySends(Generic[Sent]):
         """Start or stop a screen-share session from an operator to the caller.
 
         Sends ``screen.share`` (:class:`ScreenShare`); the arguments are its fields.
+
+        Args:
+            action: Start or stop.
+            share_id: The screen-share session.
+            url: The viewer link sent to the caller; only on a start.
         """
         return self._send(ScreenShare, _given(action=action, share_id=share_id, url=url))
 
@@ -364,6 +464,18 @@ class GatewaySends(Generic[Sent]):
 
         Sends ``agent.latency.breakdown`` (:class:`AgentLatencyBreakdown`); the arguments are
         its fields.
+
+        Args:
+            turn_id: The agent turn measured.
+            stt_first_token_ms: Start of the caller's speech to STT's first token; null when no
+                caller speech started the turn.
+            stt_final_ms: End of the caller's speech to STT's final transcript; null when no
+                caller speech started the turn.
+            llm_first_token_ms: The LLM's first token, from the request.
+            llm_final_ms: The LLM's last token, from the request.
+            tts_first_byte_ms: TTS's first audio byte, from the request.
+            total_turn_ms: End of the caller's speech (or the agent.input) to the first agent
+                audio sent.
         """
         return self._send(
             AgentLatencyBreakdown,
@@ -386,6 +498,11 @@ class GatewaySends(Generic[Sent]):
 
         Sends ``agent.handoff_requested`` (:class:`AgentHandoffRequested`); the arguments are
         its fields.
+
+        Args:
+            reason: Why a human is needed.
+            caller_summary: A summary of the call so far for the operator.
+            sentiment: The caller's sentiment.
         """
         return self._send(
             AgentHandoffRequested,
@@ -400,6 +517,10 @@ class GatewaySends(Generic[Sent]):
 
         Sends ``agent.handoff_completed`` (:class:`AgentHandoffCompleted`); the arguments are
         its fields.
+
+        Args:
+            operator_user_id: The operator who now owns the call.
+            agent_remains_observer: True when the AI stays on the call, muted, as an observer.
         """
         return self._send(
             AgentHandoffCompleted,
@@ -412,6 +533,10 @@ class GatewaySends(Generic[Sent]):
         """The caller pressed a key.
 
         Sends ``dtmf.received`` (:class:`DtmfReceived`); the arguments are its fields.
+
+        Args:
+            digits: The key or keys pressed, in order.
+            duration_ms: How long the tone lasted, when known.
         """
         return self._send(DtmfReceived, _given(digits=digits, duration_ms=duration_ms))
 
@@ -426,6 +551,12 @@ class GatewaySends(Generic[Sent]):
         """Something went wrong; recoverable says whether the connection stays open.
 
         Sends ``error`` (:class:`ErrorEvent`); the arguments are its fields.
+
+        Args:
+            code: One of the error codes (OVP_...); codes added later are accepted.
+            message: What went wrong, for people.
+            recoverable: True when the WebSocket stays open; false when the session ends.
+            details: Code-specific data.
         """
         return self._send(
             ErrorEvent, _given(code=code, message=message, recoverable=recoverable, details=details)
@@ -535,6 +666,9 @@ class ClientSends(Generic[Sent]):
         mid-call.
 
         Sends ``session.update`` (:class:`SessionUpdate`); the arguments are its fields.
+
+        Args:
+            patch: The fields to change and their new values.
         """
         return self._send(SessionUpdate, _given(patch=patch))
 
@@ -542,6 +676,10 @@ class ClientSends(Generic[Sent]):
         """Push text into the LLM, typed by its source.
 
         Sends ``agent.input`` (:class:`AgentInput`); the arguments are its fields.
+
+        Args:
+            source: Where the text comes from; decides how the LLM treats it.
+            text: The text for the LLM.
         """
         return self._send(AgentInput, _given(source=source, text=text))
 
@@ -552,6 +690,10 @@ class ClientSends(Generic[Sent]):
         kept.
 
         Sends ``agent.cancel`` (:class:`AgentCancel`); the arguments are its fields.
+
+        Args:
+            turn_id: The turn to cancel; the turn in progress when absent.
+            reason: Why the turn is cancelled (for logs and dashboards).
         """
         return self._send(AgentCancel, _given(turn_id=turn_id, reason=reason))
 
@@ -560,6 +702,10 @@ class ClientSends(Generic[Sent]):
 
         Sends ``supervisor.takeover`` (:class:`SupervisorTakeover`); the arguments are its
         fields.
+
+        Args:
+            operator_user_id: The operator taking over.
+            resumable: True when the operator may hand the call back to the AI.
         """
         return self._send(
             SupervisorTakeover, _given(operator_user_id=operator_user_id, resumable=resumable)
@@ -572,6 +718,10 @@ class ClientSends(Generic[Sent]):
 
         Sends ``supervisor.release`` (:class:`SupervisorRelease`); the arguments are its
         fields.
+
+        Args:
+            operator_user_id: The operator handing back.
+            context_note: What was said or done while the AI was paused.
         """
         return self._send(
             SupervisorRelease, _given(operator_user_id=operator_user_id, context_note=context_note)
@@ -583,6 +733,11 @@ class ClientSends(Generic[Sent]):
         """Start or stop a screen-share session from an operator to the caller.
 
         Sends ``screen.share`` (:class:`ScreenShare`); the arguments are its fields.
+
+        Args:
+            action: Start or stop.
+            share_id: The screen-share session.
+            url: The viewer link sent to the caller; only on a start.
         """
         return self._send(ScreenShare, _given(action=action, share_id=share_id, url=url))
 
@@ -591,6 +746,10 @@ class ClientSends(Generic[Sent]):
 
         Sends ``agent.handoff_accepted`` (:class:`AgentHandoffAccepted`); the arguments are
         its fields.
+
+        Args:
+            operator_user_id: The operator who accepted.
+            queue_wait_ms: Time the call waited in the operator queue.
         """
         return self._send(
             AgentHandoffAccepted,
@@ -605,6 +764,10 @@ class ClientSends(Generic[Sent]):
 
         Sends ``agent.handoff_completed`` (:class:`AgentHandoffCompleted`); the arguments are
         its fields.
+
+        Args:
+            operator_user_id: The operator who now owns the call.
+            agent_remains_observer: True when the AI stays on the call, muted, as an observer.
         """
         return self._send(
             AgentHandoffCompleted,
@@ -621,6 +784,10 @@ class ClientSends(Generic[Sent]):
 
         Sends ``agent.handoff_failed`` (:class:`AgentHandoffFailed`); the arguments are its
         fields.
+
+        Args:
+            reason: Why the handoff failed.
+            fallback: What the call does now.
         """
         return self._send(AgentHandoffFailed, _given(reason=reason, fallback=fallback))
 
@@ -628,6 +795,10 @@ class ClientSends(Generic[Sent]):
         """Push DTMF digits into the call (e.g. navigating an IVR).
 
         Sends ``dtmf.send`` (:class:`DtmfSend`); the arguments are its fields.
+
+        Args:
+            digits: The keys to send, in order.
+            duration_ms: Tone length of each key; dtmf_default_duration_ms (100) when absent.
         """
         return self._send(DtmfSend, _given(digits=digits, duration_ms=duration_ms))
 
