@@ -21,6 +21,7 @@ from benchmarks.brisvox_transport import (
     brisvox_transport_table,
     run_brisvox_transport_benchmark,
 )
+from benchmarks.cluster import Cluster, cluster_table, run_cluster_benchmark
 from benchmarks.codec import TARGETS, Group, run_codec_benchmarks
 from benchmarks.resume import Resume, resume_table, run_resume_benchmark
 from benchmarks.timing import LOOP_ENV, loop_name
@@ -148,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     transport: dict[str, list[Level]] = {}
     brisvox_transport: list[Throughput] = []
     resume: Resume | None = None
+    cluster: Cluster | None = None
     if not args.no_transport:
         levels, seconds = ([10, 25], 1.0) if args.quick else ([25, 50, 100, 150, 200, 300], 3.0)
         transport = run_transport_benchmarks(levels, seconds, shared_pacer=args.pacer == "shared")
@@ -199,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
             f"- {'met   ' if resume.completed else 'MISSED'} OVP resume: "
             + (f"{resume.seconds:.3f} s" if resume.completed else "did not complete")
         )
+        cluster = run_cluster_benchmark(3 if args.quick else 7)
+        print("\n" + cluster_table(cluster))
     if args.json:
         report = {
             "machine": machine,
@@ -253,6 +257,22 @@ def main(argv: list[str] | None = None) -> int:
                 "seconds": round(resume.seconds, 4) if resume.completed else None,
                 "rounds": resume.rounds,
                 "failed": resume.failed,
+            },
+            "cluster": None
+            if cluster is None
+            else {
+                "events": cluster.events,
+                "memory_append_ns": round(cluster.memory_append_ns),
+                "redis_append_ns": None
+                if cluster.redis_append_ns is None
+                else round(cluster.redis_append_ns),
+                "memory_read_ns": round(cluster.memory_read_ns),
+                "redis_read_ns": None
+                if cluster.redis_read_ns is None
+                else round(cluster.redis_read_ns),
+                "frames": cluster.frames,
+                "direct_us": round(cluster.direct_us, 1),
+                "relayed_us": round(cluster.relayed_us, 1),
             },
             "pacer": args.pacer,
             "targets": verdicts,

@@ -13,6 +13,7 @@ from codegen.ir import Protocol, resolve
 from codegen.loader import Problem, SpecError, load
 from codegen.reference import diagram_pages
 from codegen.render import ROOT, Output, package_stub, render
+from codegen.sessions import session_outputs
 from codegen.typescript import render_package
 
 __all__ = ["SPEC_DIR", "Drift", "check", "generate", "load_protocols", "outputs"]
@@ -62,6 +63,7 @@ def outputs(root: Path = ROOT) -> list[Output]:
     for protocol in protocols:
         found += render(protocol)
         found += asyncapi_outputs(protocol)
+        found += session_outputs(protocol)
         pages = diagram_pages(protocol, load_flows(protocol, root))
         found += [Output(path, text) for path, text in pages]
     found.append(package_stub())

@@ -718,6 +718,8 @@ class PySend:
     params: list[tuple[str, str, str | None]]
     """(keyword, annotation, default literal or ``None`` when required) of each argument."""
     doc: list[str]
+    args: list[tuple[str, str]]
+    """(keyword, the field's first sentence) of each argument, for the docstring."""
 
 
 @dataclass(frozen=True)
@@ -764,12 +766,14 @@ def build_roles(protocol: Protocol) -> PyRoles:
             if m.stamped:
                 continue
             params = []
+            args = []
             for f in m.fields:
                 if f.wire_name in envelope or f.stamped:
                     continue
                 annotation, default = _param(f, used)
                 annotations.append(annotation)
                 params.append((f.py_name, annotation, default))
+                args.append((f.py_name, _first_sentence(f.description)))
             sends.append(
                 PySend(
                     method=names.send_method(m.type),
@@ -780,6 +784,7 @@ def build_roles(protocol: Protocol) -> PyRoles:
                         f"Sends ``{m.type}`` (:class:`{m.class_name}`); the arguments are its "
                         "fields.",
                     ),
+                    args=args,
                 )
             )
             used.add(m.class_name)
@@ -841,6 +846,13 @@ def build_roles(protocol: Protocol) -> PyRoles:
         uses_any_value=re.search(r"\bAny\b", text) is not None,
         uses_datetime=re.search(r"\bdatetime\b", text) is not None,
     )
+
+
+def _first_sentence(text: str) -> str:
+    """The first sentence of a field's description (an ``Args:`` entry), as a docstring holds it."""
+    (paragraph,) = docstring(text.split("\n\n")[0])
+    end = paragraph.find(". ")
+    return paragraph if end < 0 else paragraph[: end + 1]
 
 
 def _param(f: Field, used: set[str]) -> tuple[str, str | None]:

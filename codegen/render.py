@@ -53,16 +53,31 @@ _TEMPLATES = jinja2.Environment(
 )
 _TEMPLATES.filters["oneline"] = lambda text: " ".join(str(text).split())
 _TEMPLATES.filters["py"] = repr
-_TEMPLATES.filters["doc"] = lambda lines, indent=4: _docstring_literal(lines, indent)
+_TEMPLATES.filters["doc"] = lambda lines, indent=4, args=(): _docstring_literal(lines, indent, args)
 _TEMPLATES.filters["classdoc"] = lambda c, field_sets: _class_docstring(c, field_sets)
 _TEMPLATES.filters["wrap"] = lambda paragraphs, indent=0: "\n".join(wrap(paragraphs, indent))
 _TEMPLATES.filters["pystr"] = lambda text, indent=4: _string_literal(text, indent)
 _TEMPLATES.globals["names"] = names  # every name a template prints comes from codegen.names
 
 
-def _docstring_literal(paragraphs: list[str], indent: int) -> str:
-    """A docstring literal: one line, or several with the closing quotes on their own line."""
+def _docstring_literal(
+    paragraphs: list[str], indent: int, args: Iterable[tuple[str, str]] = ()
+) -> str:
+    """A docstring literal: one line, or several with the closing quotes on their own line;
+    ``args`` (name, text) become a Google-style ``Args:`` section."""
     lines = wrap(paragraphs, indent)
+    entries = [
+        textwrap.wrap(
+            f"{name}: {text}",
+            LINE_LENGTH - indent - 4,
+            initial_indent="    ",
+            subsequent_indent="        ",
+            break_on_hyphens=False,
+        )
+        for name, text in args
+    ]
+    if entries:
+        lines += ["", "Args:", *(line for entry in entries for line in entry)]
     if len(lines) == 1:
         return f'"""{lines[0]}"""'
     pad = " " * indent

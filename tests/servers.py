@@ -1,4 +1,5 @@
-"""Real servers a test starts for itself, on loopback: Redis (or Valkey) and HAProxy.
+"""Real servers a test starts for itself, on loopback: Redis (or Valkey), HAProxy, and peer
+processes of our own (several gateways or agents).
 
 Each is Debian's package, installed with apt-get where it is missing (CI runs as root); a
 machine that can neither find nor install one skips the tests that need it, saying why. A server
@@ -7,19 +8,30 @@ runs in a temporary directory on a free port, and is stopped, and waited for, by
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-__all__ = ["HAProxy", "RedisServer", "debian_program", "free_port", "start_haproxy", "start_redis"]
+__all__ = [
+    "HAProxy",
+    "PeerProcess",
+    "RedisServer",
+    "debian_program",
+    "free_port",
+    "start_haproxy",
+    "start_redis",
+]
 
 START_TIMEOUT_S = 20
 
@@ -183,3 +195,58 @@ def start_haproxy(folder: Path, backends: list[int], balance: str = "uri") -> It
         yield HAProxy(port, backends, process)
     finally:
         _stop(process)
+
+
+class PeerProcess:
+    """A peer process a test starts (``python -m tests.peers.NAME ...``): it prints one JSON line
+    per thing it does, read by a thread into :attr:`lines`; its standard error is kept in a file.
+    """
+
+    def __init__(self, name: str, module: str, *args: str, folder: Path) -> None:
+        from tests.conftest import ROOT
+
+        self.name = name
+        self.stderr_path = folder / f"{name}.stderr"
+        self.lines: list[dict[str, object]] = []
+        self._changed = threading.Condition()
+        with self.stderr_path.open("wb") as stderr:
+            self.popen = subprocess.Popen(
+                [sys.executable, "-m", module, *args],
+                cwd=ROOT,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+            )
+        threading.Thread(target=self._read, name=f"read {name}", daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.popen.stdout is not None
+        for text in self.popen.stdout:
+            with self._changed:
+                self.lines.append(json.loads(text))
+                self._changed.notify_all()
+
+    def wait_for(
+        self, predicate: Callable[[dict[str, object]], bool], timeout: float = 10.0
+    ) -> dict[str, object]:
+        """The first printed line that satisfies ``predicate``, waiting up to ``timeout`` s."""
+        with self._changed:
+            found = self._changed.wait_for(
+                lambda: next((line for line in self.lines if predicate(line)), None), timeout
+            )
+        if not found:
+            raise AssertionError(
+                f"{self.name}: no such line within {timeout} s; printed {self.lines}; "
+                f"stderr:\n{self.stderr()[-3000:]}"
+            )
+        return found
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(encoding="utf-8", errors="replace")
+
+    def kill(self) -> None:
+        """SIGKILL: the process dies at once, as in a crash."""
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGKILL)
+        self.popen.wait(timeout=10)

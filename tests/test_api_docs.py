@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import html
+import os
 import pydoc
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -41,7 +41,7 @@ def api_page(tmp_path_factory: pytest.TempPathFactory) -> str:
         text=True,
         timeout=300,
         check=False,
-        env={"NO_MKDOCS_2_WARNING": "1", "PATH": str(Path(sys.executable).parent)},
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
     )
     assert done.returncode == 0, done.stderr
     return (site / "api" / "index.html").read_text(encoding="utf-8")

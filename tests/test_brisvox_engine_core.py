@@ -67,10 +67,10 @@ class Wired:
         def routed(*args: Any, **kwargs: Any) -> Any:
             out = attr(*args, **kwargs)
             for item in out if isinstance(out, list) else ():
-                if isinstance(item, SendText):
+                if isinstance(item, SendEvent):
+                    self.outbound.event(item)
+                elif isinstance(item, SendText):
                     self.outbound.control(item)
-                elif isinstance(item, SendEvent):
-                    self.outbound.event(SendText(item.data))
                 elif isinstance(item, CloseAfter):
                     self.outbound.close(item.close.code, item.close.reason, item.final)
             return out

@@ -71,6 +71,7 @@ def test_voxwire_passes_every_vector_in_process(cases: list[Case]) -> None:
         ("brisvox", "decode"),
         ("ovp", "decode"),
         ("ovp", "frame"),
+        ("ovp", "session"),
     }
 
 
@@ -86,7 +87,8 @@ def test_the_command_runs_the_packaged_vectors_with_its_own_list() -> None:
     done = _runner()
     assert done.returncode == 0, done.stdout[-3000:]
     summary = [line for line in done.stdout.splitlines() if line.startswith(("brisvox", "ovp"))]
-    assert len(summary) == 3 and all("0 failed" in line for line in summary)
+    groups = {(c.protocol, c.kind) for c in load_cases()}
+    assert len(summary) == len(groups) and all("0 failed" in line for line in summary)
 
 
 # -- coverage: the Done-when of issue 4 ----------------------------------------------------------

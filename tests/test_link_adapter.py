@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -282,6 +283,30 @@ def test_a_closed_connection_under_the_writer_takes_the_link_down() -> None:
             assert [d.cause for d in seen] == [DownCause.CLOSED]
 
     run(main)
+
+
+def test_a_write_after_the_peers_clean_close_is_no_failure(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def handler(ws: ServerConnection) -> None:
+        await ws.close(1000, "done")
+
+    async def main() -> None:
+        async with serve(handler, "127.0.0.1", 0, compression=None) as server:
+            port = server.sockets[0].getsockname()[1]
+            ws = await connect(f"ws://127.0.0.1:{port}", compression=None)
+            seen, on_down = downs()
+            link = Link(ws, Outbound(event_bound=8, overflow=Overflow.DROP), clock=SYSTEM_CLOCK,
+                        drain_timeout=2.0, on_down=on_down)  # fmt: skip
+            await ws.wait_closed()
+            link.event(text(1))
+            await link.wait_closed()
+            assert [d.cause for d in seen] == [DownCause.CLOSED]
+            assert ws.close_code == 1000  # the closing handshake finished, not aborted
+
+    with caplog.at_level(logging.INFO, "voxwire.link.adapter"):
+        run(main)
+    assert [r.levelno for r in caplog.records if r.name == "voxwire.link.adapter"] == [logging.INFO]
 
 
 # -- keepalive ------------------------------------------------------------------------------------

@@ -857,7 +857,7 @@ def stream_out(core: GatewayCore, link: int, out: list[Any]) -> list[int]:
     seqs: list[int] = []
     while batch := [t["seq"] for t in texts(out)]:
         seqs += batch
-        out = core.written(link, len(batch), 2.0)
+        out = core.drained(link, 1024, 2.0)  # the queue (the default window) drained
     return seqs
 
 
@@ -866,8 +866,8 @@ def test_the_stream_hands_a_link_at_most_its_window_and_the_rest_as_it_is_writte
     outs = [thought(core) for _ in range(9)]  # seq 1..9
     assert [len(texts(out)) for out in outs] == [1, 1, 1, 0, 0, 0, 0, 0, 0]
     assert core.send_audio(PCM, 1.0) == [] and core.frames_unsent == 1  # behind: stale audio
-    assert [t["seq"] for t in texts(core.written(link, 3, 1.5))] == [4, 5, 6]
-    assert [t["seq"] for t in texts(core.written(link, 4, 1.6))] == [7, 8, 9]
+    assert [t["seq"] for t in texts(core.drained(link, 3, 1.5))] == [4, 5, 6]
+    assert [t["seq"] for t in texts(core.drained(link, 4, 1.6))] == [7, 8, 9]
     assert of(ToLink, core.send_audio(PCM, 1.7))  # caught up: audio flows again
     out = core.end("agent_ended", 2.0)  # seq 10, then the close once it is handed out
     assert [t["seq"] for t in texts(out)] == [10] and ToLink(
@@ -880,7 +880,7 @@ def test_the_stream_holds_the_close_until_session_end_is_handed_out() -> None:
     thought(core)
     out = core.end("agent_ended", 2.0)  # seq 2 waits for room
     assert texts(out) == [] and not of(ToLink, out)
-    out = core.written(link, 2, 2.1)
+    out = core.drained(link, 2, 2.1)
     assert [t["type"] for t in texts(out)] == ["session.end"]
     assert out[-1] == ToLink(link, Close(1000, "session ended"))
 
@@ -893,7 +893,7 @@ def test_a_resume_streams_its_replay_through_the_window(missed: int) -> None:
         thought(core, 1.2)
     out = core.receive_text(new, client_event("session.resume", 0, last_server_seq=0), 2.0)
     assert of(Resumed, out) == [Resumed(new, missed)]
-    assert len(texts(out)) == min(missed, 512)  # never more than the window at once
+    assert len(texts(out)) == min(missed, 1024)  # never more than the window at once
     assert stream_out(core, new, out) == list(range(1, missed + 1))
 
 
@@ -901,9 +901,9 @@ def test_a_link_behind_what_the_replay_buffer_holds_is_cut() -> None:
     core, link = started_gateway(window=1)
     for _ in range(ovp.REPLAY_BUFFER_MAX_EVENTS + 1):  # seq 0 (unwritten) is evicted
         thought(core)
-    out = core.written(link, 1, 2.0)
+    out = core.drained(link, 1, 2.0)
     assert out == [ToLink(link, Close(1008, "too slow: the stream was evicted"))]
-    assert core.written(link, 1, 2.1) == [] and core.send_audio(PCM, 2.2) == []
+    assert core.drained(link, 1, 2.1) == [] and core.send_audio(PCM, 2.2) == []
 
 
 def test_a_client_never_stitches_a_new_session_start_onto_a_resumed_session() -> None:

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import random
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 
@@ -17,6 +18,7 @@ from tests.faultproxy import FaultProxy
 from tests.test_ovp_support import AGENT, CALL, PCM, SESSION, eventually, ovp_client, run, serving
 from voxwire import ovp
 from voxwire.clock import ScaledClock
+from voxwire.link import Link
 from voxwire.ovp.client import OVPClient, SessionFailed
 from voxwire.ovp.gateway import Gateway, GatewaySession
 
@@ -260,3 +262,73 @@ def test_a_5xx_on_a_reconnect_is_retried_with_backoff_until_the_window_closes(
             assert 3 <= unavailable.answered < 60  # backoff, not a busy loop
 
     run(main(), timeout=20)
+
+
+# ----------------------------------------------------------------------------- the link's own faults
+
+
+@pytest.mark.parametrize("side", ["client", "gateway"])
+def test_a_writer_that_fails_takes_the_link_down_and_the_session_resumes(
+    side: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An exception inside the writer: that link goes down visibly (logged, transport aborted),
+    the client reconnects, the gateway's session waits for the resume, nothing is lost."""
+    write_now = Link._write_now
+    failing = {"armed": False}
+    names = {"client": " to ws://", "gateway": " link 0"}
+
+    def faulty(link: Link, frames: list[Any]) -> bool:
+        if failing["armed"] and names[side] in link.name:
+            failing["armed"] = False
+            raise RuntimeError("injected writer fault")
+        return write_now(link, frames)
+
+    monkeypatch.setattr(Link, "_write_now", faulty)
+
+    async def main() -> None:
+        clock = ScaledClock(20)
+        async with serving(quiet, clock=clock) as gateway:
+            client = ovp_client(gateway.url, clock)
+            await client.connect()
+            session = gateway.sessions[SESSION]
+            failing["armed"] = True
+            if side == "client":
+                await client.send(ovp.DtmfSend, digits="1")  # the write that fails
+            else:
+                session.send(ovp.AgentThinking, turn_id="t1", delta="lost with the link")
+            await eventually(lambda: client.reconnects == 1)
+            assert session.over is None and session.connected
+            session.send(ovp.AgentThinking, turn_id="t1", delta="after")
+            session.end()
+            seqs = [message.seq async for message in client]
+            assert seqs == list(range(session._core.last_seq + 1))  # the lost one replayed
+
+    run(main(), timeout=20)
+
+
+@pytest.mark.parametrize("side", ["client", "gateway"])
+def test_a_blackholed_link_is_noticed_one_keepalive_after_the_last_sign_of_life(side: str) -> None:
+    async def main() -> float:
+        clock = ScaledClock(10)
+        async with (
+            serving(quiet, clock=clock, keepalive=KEEPALIVE) as gateway,
+            FaultProxy(gateway.port) as proxy,
+        ):
+            client = ovp_client(proxy.url, clock, keepalive=KEEPALIVE)
+            await client.connect()
+            session = gateway.sessions[SESSION]
+            proxy.blackhole()
+            proxy.refuse = True  # no reconnect hides the drop from the gateway
+            since = clock.now()  # nothing was heard after this
+            noticed = (
+                (lambda: not client.connected)
+                if side == "client"
+                else (lambda: not session.connected)
+            )
+            await eventually(noticed, timeout=10)
+            await client.close()
+            return clock.now() - since
+
+    took = run(main(), timeout=20)
+    # Under a second of scheduling slack on a busy machine (0.1 s real), never 2 x + a drain.
+    assert took <= KEEPALIVE + 1.0, took

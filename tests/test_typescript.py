@@ -4,15 +4,17 @@ conformance vector through its testee with no expected failures."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import tarfile
+from pathlib import Path
 
 import voxwire
 from codegen.pipeline import outputs
 from codegen.typescript import PACKAGE_VERSION, ROOT_DIR
 from tests.conftest import ROOT
-from tests.node import consumer, node, packed, run
+from tests.node import consumer, node, packed, run, tools
 
 TESTS = ROOT / "tests" / "typescript"
 
@@ -39,8 +41,9 @@ def test_the_package_has_no_runtime_dependencies_and_packs_its_build() -> None:
 
 def test_the_installed_package_compiles_strict_and_passes_its_node_tests() -> None:
     project = consumer()
-    out = project.compile(TESTS / "codec.test.ts")
-    done = run([node(), "--test", str(out / "codec.test.js")], project.root, timeout=120)
+    out = project.compile(TESTS / "codec.test.ts", TESTS / "client.test.ts")
+    tests = [str(out / "codec.test.js"), str(out / "client.test.js")]
+    done = run([node(), "--test", *tests], project.root, timeout=120)
     assert "# fail 0" in done.stdout, done.stdout
 
 
@@ -67,3 +70,35 @@ def test_every_conformance_vector_passes_through_the_typescript_testee() -> None
         total, passed = (int(word) for word in line.replace(",", "").split()[2:5:2])
         assert total == passed and total > 0, line
     assert "expected failures" not in report
+
+
+def test_every_typescript_block_of_the_docs_compiles_strict(tmp_path: Path) -> None:
+    page = (ROOT / "docs" / "typescript.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"^```ts\n(.*?)^```", page, re.S | re.M)
+    assert len(blocks) >= 5
+    sources = []
+    for index, block in enumerate(blocks):
+        source = tmp_path / f"docs_block_{index}.ts"
+        source.write_text(block + "\nexport {};\n")
+        sources.append(source)
+    consumer().compile(*sources)
+
+
+def test_the_benchmark_runs_and_prints_every_ratio() -> None:
+    project = consumer()
+    done = run(
+        [
+            node(),
+            str(ROOT / "benchmarks" / "typescript.mjs"),
+            str(project.package),
+            str(tools() / "ajv"),
+            "--quick",
+        ],
+        ROOT,
+        timeout=300,
+    )
+    for protocol, sender in (("brisvox", "server"), ("brisvox", "agent"), ("ovp", "server")):
+        assert re.search(
+            rf"^{protocol} +{sender} .*decode/\(JSON.parse\+Ajv\) [0-9.]+$", done.stdout, re.M
+        )
+    assert "decodeFrame/bare" in done.stdout

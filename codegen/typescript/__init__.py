@@ -12,7 +12,6 @@ returned; the test suite compiles it with ``tsc --strict``.
 from __future__ import annotations
 
 import json
-import re
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -543,7 +542,7 @@ def _frame_view(p: Protocol, frame: Frame, only: bool) -> dict[str, Any]:
                 "enum_name": f.enum.name if f.enum is not None else None,
                 "doc": f.description,
                 "flags": [
-                    {"name": f"FLAG_{name.upper()}", "mask": 1 << bit, "doc": doc}
+                    {"name": ts.flag(name), "mask": 1 << bit, "doc": doc}
                     for bit, name, doc in f.flags
                 ],
             }
@@ -552,7 +551,7 @@ def _frame_view(p: Protocol, frame: Frame, only: bool) -> dict[str, Any]:
     return {
         "name": frame.name,
         "doc": frame.description,
-        "size_constant": f"{_snake(frame.name).upper()}_SIZE",
+        "size_constant": ts.frame_size(frame.name),
         "size": frame.size,
         "payload": frame.payload.name,
         "payload_key": ts.property_key(frame.payload.name),
@@ -565,7 +564,3 @@ def _frame_view(p: Protocol, frame: Frame, only: bool) -> dict[str, Any]:
         "decoder": ts.frame_decoder(frame.name, only),
         "encoder": ts.frame_encoder(frame.name, only),
     }
-
-
-def _snake(camel: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", camel).lower()

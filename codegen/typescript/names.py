@@ -16,8 +16,10 @@ __all__ = [
     "PACKAGE",
     "enum_values",
     "field_set",
+    "flag",
     "frame_decoder",
     "frame_encoder",
+    "frame_size",
     "function",
     "interface",
     "module",
@@ -65,6 +67,16 @@ def frame_decoder(frame_name: str, only: bool) -> str:
 
 def frame_encoder(frame_name: str, only: bool) -> str:
     return "encodeFrame" if only else f"encode{frame_name}"
+
+
+def frame_size(frame_name: str) -> str:
+    """``AudioFrame`` -> ``AUDIO_FRAME_SIZE``, as in Python."""
+    return names.frame_size(frame_name)
+
+
+def flag(flag_name: str) -> str:
+    """``silence`` -> ``FLAG_SILENCE``, as in Python."""
+    return names.flag(flag_name)
 
 
 def property_key(wire_name: str) -> str:

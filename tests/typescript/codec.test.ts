@@ -93,3 +93,18 @@ test("the browser subprotocol alias is a generated constant", () => {
   assert.equal(ovp.SUBPROTOCOL, "orbit-voice/1.0");
   assert.equal(ovp.SUBPROTOCOL_ALIAS, "voxwire.orbit-voice.1.0");
 });
+
+test("encode crosses each bound as decode does: the limit passes, one more is refused", () => {
+  const atLimit = brisvox.encode({ type: "say", text: "é".repeat(brisvox.MAX_LINE_BYTES / 2) });
+  assert.equal(brisvox.decode(atLimit, "agent").type, "say");
+  const over = refused(() => brisvox.encode({ type: "say", text: "é".repeat(brisvox.MAX_LINE_BYTES / 2) + "a" }));
+  assert.equal(over.detail, `${brisvox.MAX_LINE_BYTES + 1} UTF-8 bytes, at most ${brisvox.MAX_LINE_BYTES}`);
+  // The message bound, on the encoded bytes: an unknown event padded to exactly the limit.
+  const envelope = { type: "agent.mood", seq: 1, ts: TS, session_id: SESSION, pad: "" };
+  const room = ovp.MAX_MESSAGE_BYTES - JSON.stringify(envelope).length;
+  const fits = new ovp.UnknownMessage("agent.mood", { ...envelope, pad: "a".repeat(room) });
+  assert.equal(new TextEncoder().encode(ovp.encode(fits)).byteLength, ovp.MAX_MESSAGE_BYTES);
+  const tooLarge = new ovp.UnknownMessage("agent.mood", { ...envelope, pad: "a".repeat(room + 1) });
+  assert.equal(refused(() => ovp.encode(tooLarge)).code, ovp.ErrorCode.OVP_EVENT_SCHEMA_INVALID);
+  assert.match(refused(() => ovp.encode(tooLarge)).detail, /bytes encoded, at most/);
+});

@@ -30,10 +30,10 @@ import ipaddress
 import logging
 import os
 import ssl as ssl_module
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from typing import Literal, TypeAlias
+from typing import Final, Literal, TypeAlias
 
 import msgspec
 from msgspec import UNSET
@@ -103,6 +103,8 @@ from voxwire.brisvox.outputs import (
 )
 from voxwire.capture import CaptureWriter, Record, Recorder, open_recorder
 from voxwire.clock import SYSTEM_CLOCK, Clock
+from voxwire.cluster import Directory, StoreUnavailable
+from voxwire.cluster.relay import RelayFailed, carry, open_relay
 from voxwire.errors import SessionClosed, VoxwireError
 from voxwire.link import Keepalive, Link, Outbound, Overflow, Put
 from voxwire.sansio import Close, Ignored, SendText
@@ -128,6 +130,9 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+_CLUSTER_KEY: Final = "brisvox"
+"""The protocol's name in the owner directory (voxwire.cluster), beside OVP's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,14 +334,22 @@ class AgentSession:
             self._ready.clear()
             await self._ready.wait()
 
-    async def __aiter__(self) -> AsyncIterator[SessionEvent]:
-        while (event := await self.next_event()) is not None:
-            yield event
+    def __aiter__(self) -> AgentSession:
+        return self
+
+    async def __anext__(self) -> SessionEvent:
+        item = self._buffer.pop()  # the common case under load: no wait, no generator step
+        if item is None:
+            item = await self.next_event()
+            if item is None:
+                raise StopAsyncIteration
+        return item
 
     def _deliver(self, event: SessionEvent) -> None:
         if not self._buffer.push(event):
             log.debug("session %s: event queue full, %s dropped", self.id, type(event).__name__)
-        self._ready.set()
+        elif not self._ready.is_set():
+            self._ready.set()
 
     def _finish(self, event: SessionEnd | LinkClosed) -> None:
         self._ended = True
@@ -495,6 +508,9 @@ class AgentServer:
         record: Record every message of each call, from its ``session.start`` on, into this
             capture (a path, ``{session_id}`` in it replaced by the call's id; or a
             ``voxwire.capture.Recorder``); see ``voxwire validate``.
+        directory: With several agent processes (``voxwire.cluster``): a parked call is
+            recorded as this process's for the resume window, and a resumption of a call parked
+            on another live process is relayed there, ``session.start`` first.
     """
 
     def __init__(
@@ -518,6 +534,7 @@ class AgentServer:
         versions: tuple[int, ...] = SUPPORTED_VERSIONS,
         clock: Clock = SYSTEM_CLOCK,
         record: Record = None,
+        directory: Directory | None = None,
     ) -> None:
         names = [t.declaration.name for t in tools]
         if len(set(names)) != len(names):
@@ -540,7 +557,9 @@ class AgentServer:
         self.versions = versions
         self.clock = clock
         self.record = record
+        self.directory = directory
         self._port = port
+        self._resume_window = resume_window
         self._registry = ResumeRegistry(resume_window)
         self._sessions: dict[str, AgentSession] = {}
         self._server: Server | None = None
@@ -692,6 +711,11 @@ class AgentServer:
                 else:
                     outputs = link.core.receive_binary(raw, now)
                 self._handle_outputs(session, link, outputs)
+                if 2 * len(session._buffer) >= session._buffer.capacity:
+                    # Half the handler's queue waits: websockets hands over buffered messages
+                    # without yielding, so let the handler take some before the queue overflows
+                    # (one loop turn, never a wait on it).
+                    await asyncio.sleep(0)
         except ConnectionClosed:
             pass
         finally:
@@ -731,7 +755,7 @@ class AgentServer:
         if link.recorder is not None:
             link.recorder.record("server", raw)
         if resuming:
-            return await self._resume(link, start, version)
+            return await self._resume(link, start, version, raw)
         if self.calls >= self.max_calls:
             await self._perform(link, core.reject(ErrorCode.UNAVAILABLE, "too many calls", now))
             return None
@@ -795,10 +819,12 @@ class AgentServer:
         )
 
     async def _resume(
-        self, link: _Connection, start: SessionStart, version: int
+        self, link: _Connection, start: SessionStart, version: int, raw: str | bytes
     ) -> AgentSession | None:
         core, now = link.core, self.clock.now()
         session = self._sessions.get(start.session_id)
+        if session is None and await self._relayed(link, start.session_id, raw):
+            return None
         if (
             not self.resume
             or self._closing
@@ -965,11 +991,16 @@ class AgentServer:
             self._registry.lost(session.id, self.clock.now())
             self._expiry_wake.set()
             log.info("session %s: link lost; parked for a resumption", session.id)
+            if self.directory is not None:
+                window = self.clock.real_seconds(self._resume_window)
+                self._spawn(self._own(session.id, window), f"brisvox-own-{session.id}")
         else:
             self._end(session, LinkClosed(reason))
 
     def _end(self, session: AgentSession, event: SessionEnd | LinkClosed) -> None:
         self._registry.forget(session.id)
+        if self.directory is not None:
+            self._spawn(self._own(session.id, None), f"brisvox-disown-{session.id}")
         if self._sessions.get(session.id) is session:
             del self._sessions[session.id]
         session._finish(event)
@@ -987,6 +1018,50 @@ class AgentServer:
                 if session is not None:
                     log.info("session %s: not resumed in time; the call ends", session_id)
                     self._end(session, LinkClosed("not resumed within the resume window"))
+
+    # -- several processes (voxwire.cluster) ----------------------------------------------------
+
+    async def _own(self, session_id: str, window: float | None) -> None:
+        """Record this process as the parked call's owner for ``window`` seconds (None: forget)."""
+        assert self.directory is not None
+        try:
+            if window is None:
+                await self.directory.release(_CLUSTER_KEY, session_id)
+            else:
+                await self.directory.claim(_CLUSTER_KEY, session_id, window)
+        except StoreUnavailable as exc:
+            # Not recorded: a resumption landing elsewhere is refused (unknown_session), as
+            # with one process; one landing here still finds the call.
+            log.warning("session %s: the owner directory was not updated: %s", session_id, exc)
+
+    async def _relayed(self, link: _Connection, session_id: str, raw: str | bytes) -> bool:
+        """Relay a resumption of a call parked on another live process; False if there is none."""
+        if self.directory is None:
+            return False
+        try:
+            owner = await self.directory.lookup(_CLUSTER_KEY, session_id)
+        except StoreUnavailable as exc:
+            log.warning("session %s: the owner directory cannot be read: %s", session_id, exc)
+            return False
+        if owner is None or owner.process_id == self.directory.me.process_id:
+            return False
+        request = link.ws.request
+        assert request is not None
+        headers = {"Authorization": request.headers["Authorization"]} if self.token else {}
+        try:
+            upstream = await open_relay(owner, request.path, headers=headers)
+        except RelayFailed as exc:
+            log.warning(
+                "session %s: parked on %s, which cannot be reached: %s",
+                session_id,
+                owner.process_id,
+                exc,
+            )
+            return False
+        log.info("session %s: parked on %s; relaying the resumption", session_id, owner.process_id)
+        await link.out.stop()  # the owner's link speaks on this connection now
+        await carry(link.ws, upstream, owner, first=[raw])
+        return True
 
     # -- plumbing -------------------------------------------------------------------------------
 

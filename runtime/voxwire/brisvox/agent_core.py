@@ -27,10 +27,11 @@ from msgspec import UNSET
 
 from voxwire._codec import UnknownMessage, field_of_refused
 from voxwire._rules import JSON_SAFE_INTEGER
-from voxwire.brisvox.codec import decode, encode
+from voxwire.brisvox.codec import decoder, encode
 from voxwire.brisvox.constants import SDK_HANDSHAKE_TIMEOUT_MS, SUPPORTED_VERSIONS, CloseCode
 from voxwire.brisvox.errors import ErrorCode, ProtocolError
 from voxwire.brisvox.messages import (
+    EVENT_TYPES,
     Command,
     CommandResult,
     ErrorEvent,
@@ -72,6 +73,9 @@ __all__ = [
     "ToolCallCancelled",
     "ToolCallStarted",
 ]
+
+_DECODE_SERVER: Final = decoder("server")
+"""Decodes what the server sends (built once)."""
 
 
 class AgentState(Enum):
@@ -251,7 +255,7 @@ class AgentCore:
         if self.state is AgentState.CLOSED:
             return [Ignored("a message after the link was closed")]
         try:
-            message = decode(data, "server")
+            message = _DECODE_SERVER(data)
         except ProtocolError as exc:
             return self._refused(exc, data)
         if isinstance(message, UnknownMessage):
@@ -383,7 +387,7 @@ class AgentCore:
 
     def _first(self, data: bytes | str) -> list[AgentOutput]:
         try:
-            start = decode(data, "server")
+            start = _DECODE_SERVER(data)
         except ProtocolError as exc:
             return self._step(
                 AgentInput.BAD_START, _Step(reason=f"expected session.start: {refusal_text(exc)}")
@@ -427,6 +431,8 @@ class AgentCore:
         return [BadMessage(error, answered=False)]
 
     def _dispatch(self, message: ServerMessage) -> list[AgentOutput]:
+        if message.type in EVENT_TYPES:  # the common case first
+            return [EventReceived(message)]  # type: ignore[arg-type]  # an Event, by its type
         if isinstance(message, ToolCall):
             if message.id in self._running:
                 return [Ignored(f"tool.call {message.id} repeats a running call's id")]

@@ -560,7 +560,11 @@ class EngineLink:
 
         Raises ``brisvox.ProtocolError`` (nothing queued, the link unharmed) when it breaks a
         rule."""
-        self._apply(self.core.send_event(event, self.clock.now()))
+        outputs = self.core.send_event(event, self.clock.now())
+        if self._link is not None and len(outputs) == 1 and type(outputs[0]) is SendEvent:
+            self._link.event(outputs[0])  # the common case: nothing else to apply or wake
+            return
+        self._apply(outputs)
 
     def answer(self, received: CommandReceived, *, error: tuple[str, str] | None = None) -> None:
         """Answer a command the agent sent: ok, or ``(code, message)``. Raises
@@ -754,12 +758,12 @@ class EngineLink:
     def _apply(self, outputs: list[EngineOutput]) -> None:
         link = self._link
         for out in outputs:
-            if isinstance(out, SendText):
+            if isinstance(out, SendEvent):
+                if link is not None:
+                    link.event(out)
+            elif isinstance(out, SendText):
                 if link is not None:
                     link.control(out)
-            elif isinstance(out, SendEvent):
-                if link is not None:
-                    link.event(SendText(out.data))
             elif isinstance(out, CloseAfter):
                 if link is not None:
                     link.close(out.close.code, out.close.reason, final=out.final)

@@ -39,7 +39,7 @@ from msgspec import UNSET
 
 from voxwire._codec import field_of_refused, without_item
 from voxwire._rules import JSON_SAFE_INTEGER
-from voxwire.brisvox.codec import decode, encode
+from voxwire.brisvox.codec import decoder, encode
 from voxwire.brisvox.constants import (
     CLOSE_TIMEOUT_MS,
     CONNECT_TIMEOUT_MS,
@@ -117,6 +117,9 @@ __all__ = [
     "backoff_factor",
     "idempotency_key",
 ]
+
+_DECODE_AGENT: Final = decoder("agent")
+"""Decodes what the agent sends (built once)."""
 
 
 def _seconds(ms: int) -> float:
@@ -355,11 +358,9 @@ class LinkDown:
 
 
 @dataclass(frozen=True, slots=True)
-class SendEvent:
+class SendEvent(SendText):
     """Write one event (already encoded): the link may drop it when its event queue is full,
-    and reports the gap as ``events.lost``."""
-
-    data: bytes
+    and reports the gap as ``events.lost``. Control messages are plain ``SendText``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -562,7 +563,7 @@ class EngineCore:
             self.ignored += 1
             return [Ignored(f"a message while the link is {self.state.value}")]
         try:
-            message = decode(data, "agent")
+            message = _DECODE_AGENT(data)
         except ProtocolError as exc:
             return self._refuse(exc, data)
         if isinstance(message, ToolResult):
@@ -846,7 +847,7 @@ class EngineCore:
         problems: list[str] = []
         while True:
             try:
-                message = decode(data, "agent")
+                message = _DECODE_AGENT(data)
             except ProtocolError as exc:
                 found = _ITEM_PATH.match(exc.path or "")
                 if exc.message_type != SessionAccept.type or found is None:

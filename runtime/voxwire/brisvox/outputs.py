@@ -118,6 +118,10 @@ class EventBuffer(Generic[T]):
         self.lost_total = 0
         """Items dropped over the buffer's life."""
 
+    def __len__(self) -> int:
+        """Items waiting (not the final one)."""
+        return len(self._items)
+
     @property
     def finished(self) -> bool:
         """Whether the final item was pushed."""

@@ -124,8 +124,16 @@ class RedisDirectory:
         return self._me
 
     async def start(self) -> None:
-        """Write this process's entry, then keep it fresh from a task until :meth:`close`."""
-        await self._beat()
+        """Write this process's entry, then keep it fresh from a task until :meth:`close`.
+
+        A Redis that cannot be reached does not stop the process: the heartbeat keeps trying,
+        logged, and meanwhile this process's sessions are its own alone (a resume landing
+        elsewhere is refused there), while new sessions work as on one process.
+        """
+        try:
+            await self._beat()
+        except StoreUnavailable as exc:
+            _log.warning("owner directory heartbeat failed: %s", exc)
         self._task = asyncio.create_task(self._run(), name=f"heartbeat {self._me.process_id}")
 
     async def close(self) -> None:

@@ -30,7 +30,7 @@ from websockets.frames import CloseCode
 from voxwire.cluster.directory import Owner
 from voxwire.hosts import redact_url
 
-__all__ = ["RelayFailed", "RelayResult", "relay"]
+__all__ = ["RelayFailed", "RelayResult", "carry", "open_relay", "relay"]
 
 _log = logging.getLogger(__name__)
 
@@ -62,15 +62,38 @@ async def relay(
     """Carry ``link`` (already accepted here) to ``owner``, which serves the same ``path``
     (path and query of the original request); return when the relayed link ends.
 
-    ``headers`` are sent on the upgrade to the owner (the Brisvox ``Authorization``);
-    the subprotocol is the one ``link`` negotiated. Raises :class:`RelayFailed` when the
-    owner cannot be reached or refuses.
+    ``headers`` are sent on the upgrade to the owner (the Brisvox ``Authorization``); the
+    subprotocol is the one ``link`` negotiated. Raises :class:`RelayFailed` when the owner cannot
+    be reached or refuses: :func:`open_relay`, then :func:`carry`.
     """
+    upstream = await open_relay(
+        owner,
+        path,
+        subprotocol=link.subprotocol,
+        headers=headers,
+        open_timeout=open_timeout,
+        max_size=max_size,
+    )
+    return await carry(link, upstream, owner, first=first)
+
+
+async def open_relay(
+    owner: Owner,
+    path: str,
+    *,
+    subprotocol: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    open_timeout: float = 2.0,
+    max_size: int | None = 2**20,
+) -> ClientConnection:
+    """The owner's side of a relay: a WebSocket to ``owner`` on ``path``, or
+    :class:`RelayFailed` within ``open_timeout``. Nothing has been carried yet, so a caller
+    that gets RelayFailed can still answer the link itself (refuse the resume)."""
     url = f"ws://{_host(owner.host)}:{owner.port}{path}"
     try:
-        upstream = await connect(
+        return await connect(
             url,
-            subprotocols=[link.subprotocol] if link.subprotocol else None,
+            subprotocols=[subprotocol] if subprotocol else None,  # type: ignore[list-item]
             additional_headers=dict(headers or {}),
             open_timeout=open_timeout,
             compression=None,
@@ -81,6 +104,12 @@ async def relay(
     except (OSError, TimeoutError, InvalidHandshake) as exc:
         why = f"HTTP {exc.response.status_code}" if isinstance(exc, InvalidStatus) else str(exc)
         raise RelayFailed(f"the owner {owner.process_id} at {redact_url(url)}: {why}") from exc
+
+
+async def carry(
+    link: Connection, upstream: ClientConnection, owner: Owner, *, first: Iterable[str | bytes] = ()
+) -> RelayResult:
+    """Send ``first`` to the owner, then copy both ways until one side ends (see the module)."""
     async with upstream:
         for message in first:
             await upstream.send(message)

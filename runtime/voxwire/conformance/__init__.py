@@ -33,6 +33,7 @@ from types import ModuleType
 from typing import IO, Any, Final
 
 from voxwire._rules import json_equal
+from voxwire.conformance.sessions import play
 
 __all__ = [
     "DEFAULT_EXPECTED_FAILURES",
@@ -58,8 +59,8 @@ __all__ = [
 PROTOCOLS: Final = ("brisvox", "ovp")
 """The protocols whose vectors ship with voxwire."""
 KINDS: Final = ("decode", "frame", "session")
-"""The kinds of case the format defines (``session`` is reserved: no case uses it yet)."""
-VECTOR_FILES: Final = ("vectors.jsonl", "vectors_handwritten.jsonl")
+"""The kinds of case the format defines."""
+VECTOR_FILES: Final = ("vectors.jsonl", "vectors_handwritten.jsonl", "sessions.jsonl")
 DEFAULT_EXPECTED_FAILURES: Final = "expected_failures.txt"
 """voxwire's own list, beside this module: applied when no testee is named."""
 _SHOWN: Final = 400
@@ -162,6 +163,12 @@ def _case(data: dict[str, Any], where: str) -> Case:
         _input_bytes(data_in, where)
     if kind == "decode":
         need("sender", str)
+    if kind == "session":
+        need("side", str)
+        steps = need("steps", list)
+        verdicts = data["expect"].get("steps")
+        if not isinstance(verdicts, list) or len(verdicts) != len(steps):
+            raise VectorError(f"{where}: {case_id}: expect.steps has one verdict per step")
     return Case(case_id, protocol, kind, data, where)
 
 
@@ -255,9 +262,11 @@ def answer(req: dict[str, Any]) -> dict[str, Any]:
         protocol = req.get("protocol")
         if protocol not in PROTOCOLS:
             return {"id": case_id, "error": f"unknown protocol {protocol!r}"}
+        kind = req.get("kind")
+        if kind == "session":
+            return {"id": case_id, "steps": play(protocol, str(req.get("side")), req["steps"])}
         module = importlib.import_module(f"voxwire.{protocol}")
         data = _input_bytes(req.get("input") or {})
-        kind = req.get("kind")
         if kind == "decode":
             return {
                 "id": case_id,
@@ -327,6 +336,16 @@ def _frame(module: ModuleType, data: bytes, sender: Any) -> dict[str, Any]:
 # -- judging an answer -------------------------------------------------------------------------
 
 
+def _check_steps(expected: list[Any], got: Any) -> str | None:
+    """Why a session case's verdicts differ: the first step that differs, with both."""
+    if not isinstance(got, list) or len(got) != len(expected):
+        return f"expected {len(expected)} step verdicts, got {_short(got)}"
+    for index, (want, have) in enumerate(zip(expected, got, strict=True)):
+        if not json_equal(want, have):
+            return f"step {index}: expected {_short(want)}, got {_short(have)}"
+    return None
+
+
 def check(expect: dict[str, Any], got: dict[str, Any]) -> str | None:
     """Why ``got`` does not meet ``expect``, or ``None`` when it does."""
     if "any_of" in expect:
@@ -336,6 +355,8 @@ def check(expect: dict[str, Any], got: dict[str, Any]) -> str | None:
         return "matches none of the accepted outcomes: " + "; ".join(p for p in problems if p)
     if "error" in got:
         return f"the testee failed: {got['error']}"
+    if "steps" in expect:
+        return _check_steps(expect["steps"], got.get("steps"))
     if got.get("valid") is not expect.get("valid"):
         return (
             "valid"

@@ -234,8 +234,9 @@ class Link:
             while not self._waiting and self.down is None and outbound.pending:
                 batch = outbound.take(self.clock.now())
                 self._room.set()
-                if batch.frames:
-                    self._write_now(batch.frames)
+                if batch.frames and not self._write_now(batch.frames):
+                    self._closed_under(f"the connection is {ws.protocol.state.name.lower()}")
+                    return
                 if batch.close is not None:
                     self._closing = batch.close
                     self._hand_over()
@@ -243,17 +244,16 @@ class Link:
                     self._hand_over()
                 elif self._on_drained is not None:
                     self._on_drained(outbound.room)
-        except ConnectionClosed as exc:
-            self._go_down(DownCause.CLOSED, f"the connection closed: {exc}")
         except Exception as exc:
             log.exception("%s: the writer failed", self.name)
             self._go_down(DownCause.WRITER_FAILED, f"the writer failed: {exc!r}")
 
-    def _write_now(self, frames: list[Frame]) -> None:
-        """Build the frames with websockets' sans-I/O protocol object and write them at once."""
+    def _write_now(self, frames: list[Frame]) -> bool:
+        """Build the frames with websockets' sans-I/O protocol object and write them at once;
+        False when the connection is no longer open."""
         ws = self.ws
         if ws.protocol.state is not State.OPEN or ws.transport.is_closing():
-            raise ConnectionClosed(ws.protocol.close_rcvd, ws.protocol.close_sent)
+            return False
         if self._record is not None:
             for frame in frames:
                 self._record(frame.data.decode() if isinstance(frame, SendText) else frame.data)
@@ -266,6 +266,7 @@ class Link:
         ws.transport.write(b"".join(protocol.data_to_send()))
         self.drains += 1
         self.frames += len(frames)
+        return True
 
     def _hand_over(self) -> None:
         self._waiting = True
@@ -296,7 +297,7 @@ class Link:
                 f"a drain took longer than the drain timeout ({self._drain_timeout:g} s)",
             )
         except ConnectionClosed as exc:
-            self._go_down(DownCause.CLOSED, f"the connection closed: {exc}")
+            self._closed_under(f"the connection closed: {exc}")
         except Exception as exc:
             log.exception("%s: the writer failed", self.name)
             self._go_down(DownCause.WRITER_FAILED, f"the writer failed: {exc!r}")
@@ -343,17 +344,27 @@ class Link:
             if task is not None and task is not current:
                 task.cancel()
 
-    def _go_down(self, cause: DownCause, reason: str) -> None:
+    def _closed_under(self, reason: str) -> None:
+        """The connection closed while frames were waiting: after the peer's close (the end
+        of the link, as its reader sees too) or not (a failure)."""
+        peer_closed = self.ws.protocol.close_rcvd is not None
+        self._go_down(DownCause.CLOSED, reason, peer_closed=peer_closed)
+
+    def _go_down(self, cause: DownCause, reason: str, *, peer_closed: bool = False) -> None:
         if self.down is not None:
             return
         self.down = LinkDown(cause, reason)
         self.outbound.fail()
-        self.ws.transport.abort()
+        if not peer_closed:  # else websockets finishes the closing handshake the peer began
+            self.ws.transport.abort()
         self._stop_keepalive()
         if self._writer is not asyncio.current_task():
             self._writer.cancel()
         self._room.set()
-        log.warning("%s: link down: %s", self.name, reason)
+        if peer_closed:
+            log.info("%s: link closed by the peer; what was queued is not written", self.name)
+        else:
+            log.warning("%s: link down: %s", self.name, reason)
         if self._on_down is not None:
             try:
                 self._on_down(self.down)

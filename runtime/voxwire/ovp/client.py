@@ -53,15 +53,21 @@ from websockets.typing import Subprotocol
 from voxwire.capture import Record, open_recorder
 from voxwire.clock import SYSTEM_CLOCK, Clock
 from voxwire.hosts import check_url
+from voxwire.link import Link, Put
 from voxwire.ovp import (
     ENDPOINT_PATH,
     FLAG_LAST_OF_UTTERANCE,
     FRAME_MS,
+    MAX_RECEIVE_BYTES,
+    OPEN_TIMEOUT_MS,
     PCM_BYTES_PER_FRAME,
+    RECONNECT_BACKOFF_INITIAL_MS,
+    RECONNECT_BACKOFF_MAX_MS,
+    SILENCE_TIMEOUT_MS,
     SUBPROTOCOL,
     TOKEN_QUERY_PARAMETER,
+    WRITE_TIMEOUT_MS,
     AudioFrame,
-    CloseCode,
     ErrorCode,
     Message,
     ServerMessage,
@@ -76,13 +82,7 @@ from voxwire.ovp._session import (
     SessionStateError,
     check_session_id,
 )
-from voxwire.ovp._transport import (
-    MAX_FRAME_SIZE,
-    Inbox,
-    LinkWriter,
-    install_token_redaction,
-    redact_tokens,
-)
+from voxwire.ovp._transport import Inbox, open_link, perform
 from voxwire.ovp.client_core import (
     ClientCore,
     ClientOutput,
@@ -90,6 +90,7 @@ from voxwire.ovp.client_core import (
     Rejected,
     ServerEvent,
 )
+from voxwire.redaction import install_redaction, redact
 from voxwire.sansio import Close, SendBinary, SendText
 
 __all__ = [
@@ -118,8 +119,8 @@ EventHandler = Callable[[Any], object]
 
 _OFFERED: Final = [Subprotocol(SUBPROTOCOL)]
 _FRAME_S: Final = FRAME_MS / 1000
-_RECONNECT_FIRST_S: Final = 0.05
-_RECONNECT_MAX_S: Final = 2.0
+_RECONNECT_FIRST_S: Final = RECONNECT_BACKOFF_INITIAL_MS / 1000
+_RECONNECT_MAX_S: Final = RECONNECT_BACKOFF_MAX_MS / 1000
 _PASSING_STATUS: Final = frozenset({HTTPStatus.REQUEST_TIMEOUT, HTTPStatus.TOO_MANY_REQUESTS})
 
 
@@ -171,7 +172,7 @@ class _Connection(ClientConnection):
         # The URI the factory parsed: ``uri`` since websockets 15, ``wsuri`` before.
         uri = getattr(protocol, "uri", None) or protocol.wsuri  # type: ignore[attr-defined]
         ovp_protocol = _Protocol(
-            uri, subprotocols=_OFFERED, max_size=MAX_FRAME_SIZE, logger=protocol.logger
+            uri, subprotocols=_OFFERED, max_size=MAX_RECEIVE_BYTES, logger=protocol.logger
         )
         super().__init__(ovp_protocol, **kwargs)
 
@@ -188,8 +189,10 @@ class OVPClient:
         clock: The clock of every timer (resume window, pacing, reconnect backoff).
         ssl: An ``ssl.SSLContext`` for ``wss://`` (the default verifies the server).
         open_timeout: Seconds to open a connection and, on the first, to get session.start.
-        write_timeout: Seconds a write may take before the link counts as dropped.
-        keepalive: Seconds between pings; a pong missing as long again drops the link.
+        write_timeout: Seconds one drain of the link's queue may take before the link counts as
+            dropped.
+        keepalive: Seconds of silence (no message, no pong) after which the link counts as
+            dropped; it is pinged twice as often.
         max_events: Server events held for the application before new ones are lost (counted).
         max_audio: Server frames held for :meth:`audio` before new ones are lost (counted).
         audio_buffer: Frames :meth:`stream_audio` queues ahead of the paced sender.
@@ -212,9 +215,9 @@ class OVPClient:
         allow_insecure: bool = False,
         clock: Clock = SYSTEM_CLOCK,
         ssl: Any = None,
-        open_timeout: float = 10.0,
-        write_timeout: float = 10.0,
-        keepalive: float = 10.0,
+        open_timeout: float = OPEN_TIMEOUT_MS / 1000,
+        write_timeout: float = WRITE_TIMEOUT_MS / 1000,
+        keepalive: float = SILENCE_TIMEOUT_MS / 1000,
         max_events: int = 4096,
         max_audio: int = 500,
         audio_buffer: int = 50,
@@ -238,7 +241,7 @@ class OVPClient:
         self._audio: Inbox[AudioFrame] = Inbox(max_audio)
         self._pcm: asyncio.Queue[tuple[bytes, int]] = asyncio.Queue(audio_buffer)
         self._handlers: dict[str, list[EventHandler]] = {}
-        self._writer: LinkWriter | None = None
+        self._link: Link | None = None
         self._recorder, self._capture = open_recorder(
             record, protocol="ovp", recorded_by="client", session_id=session_id
         )
@@ -250,7 +253,7 @@ class OVPClient:
         self.rejected = 0
         self.ignored = 0
         self.reconnects = 0
-        install_token_redaction()
+        install_redaction()
 
     def __repr__(self) -> str:
         return f"OVPClient({self._checked.redacted}, session_id={self.session_id!r})"
@@ -390,16 +393,13 @@ class OVPClient:
     async def send(self, kind: type[M], /, **fields: Any) -> M:
         """Send one client event built from ``fields``; seq, ts and session_id are stamped here.
 
-        Waits while a dropped link is being resumed. Raises :class:`SessionFailed` once the
-        session is over, ``TypeError`` for a wrong type or field, and
-        :class:`~voxwire.ovp.ProtocolError` for a value the spec refuses.
+        Waits while a dropped link is being resumed, and while the link's queue is full. Raises
+        :class:`SessionFailed` once the session is over, ``TypeError`` for a wrong type or field,
+        and :class:`~voxwire.ovp.ProtocolError` for a value the spec refuses.
         """
-        while not self._core.live:
-            if self._core.over is not None:
-                raise self._failure()
-            await self._wait_change()
+        link = await self._room()
         out = self._core.send(kind, fields, self._clock.now())
-        self._perform(out)
+        self._perform(out, link, event=True)  # queued: it had room, and nothing awaited since
         sent = out[0]
         if not isinstance(sent, Sent):
             raise self._failure()
@@ -415,12 +415,12 @@ class OVPClient:
         flags: int = 0,
         rtp_timestamp: int | None = None,
     ) -> bool:
-        """Send one frame (640 bytes of PCM) now; ``False`` when the link is down (lost)."""
+        """Send one frame (640 bytes of PCM) now; ``False`` when it is lost: the link is down or
+        its queue full (audio is never replayed, and a late frame is no use)."""
         out = self._core.send_audio(
             pcm, self._clock.now(), flags=flags, rtp_timestamp=rtp_timestamp
         )
-        self._perform(out)
-        return bool(out)
+        return bool(out) and self._perform(out, self._link, event=True)
 
     async def stream_audio(
         self, pcm: bytes | bytearray | memoryview, *, last_of_utterance: bool = True
@@ -476,18 +476,18 @@ class OVPClient:
         token = self._token if isinstance(self._token, str) else await self._token()
         path = ENDPOINT_PATH.format(session_id=self.session_id)
         url = f"{self._base}{path}?{TOKEN_QUERY_PARAMETER}={quote(token, safe='')}"
-        keepalive = self._clock.real_seconds(self._keepalive)
-        options: dict[str, Any] = {} if self._ssl is None else {"ssl": self._ssl}
+        options: dict[str, Any] = dict(self._checked.connect_overrides())  # an IPv6 zone
+        if self._ssl is not None:
+            options["ssl"] = self._ssl
         failure: Exception
         try:
             return await connect(
                 url,
                 create_connection=_Connection,
                 compression=None,
-                max_size=MAX_FRAME_SIZE,
+                max_size=MAX_RECEIVE_BYTES,
                 open_timeout=self._clock.real_seconds(self._open_timeout),
-                ping_interval=keepalive,
-                ping_timeout=keepalive,
+                ping_interval=None,  # the link's keepalive
                 close_timeout=self._clock.real_seconds(self._write_timeout),
                 **options,
             )
@@ -500,16 +500,23 @@ class OVPClient:
                 code=ErrorCode.OVP_SUBPROTOCOL_MISMATCH,
             )
         except InvalidMessage as exc:
-            failure = ConnectionError(f"{self._checked.redacted}: {redact_tokens(str(exc))}")
+            failure = ConnectionError(f"{self._checked.redacted}: {redact(str(exc))}")
         except InvalidHandshake as exc:
-            failure = HandshakeError(f"{self._checked.redacted}: {redact_tokens(str(exc))}")
+            failure = HandshakeError(f"{self._checked.redacted}: {redact(str(exc))}")
         except OSError as exc:
             failure = ConnectionError(f"{self._checked.redacted}: {exc.strerror or exc}")
         raise failure  # outside the except clauses: no context holding the URL is chained
 
     def _attach(self, ws: ClientConnection) -> None:
         record = None if self._recorder is None else partial(self._recorder.record, "client")
-        self._writer = LinkWriter(ws, self._clock, write_timeout=self._write_timeout, record=record)
+        self._link = open_link(
+            ws,
+            self._clock,
+            write_timeout=self._write_timeout,
+            keepalive=self._keepalive,
+            name=f"OVP session {self.session_id} to {self._checked.redacted}",
+            record=record,
+        )
         self._perform(self._core.connected(self._clock.now()))
         self._notify()
 
@@ -542,6 +549,8 @@ class OVPClient:
         core, clock = self._core, self._clock
         try:
             async for data in ws:
+                if self._link is not None:
+                    self._link.heard()
                 if self._recorder is not None:
                     self._recorder.record("server", data)
                 if isinstance(data, str):
@@ -551,9 +560,8 @@ class OVPClient:
         except ConnectionClosed:
             pass
         finally:
-            if self._writer is not None:  # finish the writes, then the closing handshake
-                self._writer.post(Close(CloseCode.NORMAL))
-                await self._writer.wait_done()
+            if self._link is not None:  # the connection is closed: nothing more to write
+                await self._link.stop()
 
     async def _reconnect(self) -> ClientConnection | None:
         clock = self._clock
@@ -575,11 +583,17 @@ class OVPClient:
             delay = min(2 * delay, _RECONNECT_MAX_S)
         return None
 
-    def _perform(self, out: list[ClientOutput]) -> None:
+    def _perform(
+        self, out: list[ClientOutput], link: Link | None = None, *, event: bool = False
+    ) -> bool:
+        """Carry out the core's output; its messages go to ``link`` (the current one), as
+        events (bounded) or control. ``False`` when one found no room or no link."""
+        link = self._link if link is None else link
+        written = True
         for item in out:
             if isinstance(item, SendText | SendBinary | Close):
-                if self._writer is not None:
-                    self._writer.post(item)
+                put = Put.CLOSED if link is None else perform(link, item, event=event)
+                written = written and put is Put.QUEUED
             elif isinstance(item, ServerEvent):
                 if not self._events.put(item.message):
                     log.warning(
@@ -605,6 +619,20 @@ class OVPClient:
             elif isinstance(item, SessionOver):
                 log.info("session %s is over: %s", self.session_id, item.detail)
                 self._notify()
+        return written
+
+    async def _room(self) -> Link:
+        """The current link once the session is live and its queue has room for an event."""
+        while True:
+            link = self._link
+            if self._core.over is not None:
+                raise self._failure()
+            if not self._core.live or link is None or not link.outbound.accepting:
+                await self._wait_change()  # a resume, or the reader noticing the drop
+            elif link.outbound.room > 0:
+                return link
+            else:
+                await link.wait_room()
 
     def _notify(self) -> None:
         self._changed.set()

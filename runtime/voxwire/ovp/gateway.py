@@ -44,16 +44,22 @@ from websockets.http11 import Request, Response
 
 from voxwire.capture import Record, open_recorder
 from voxwire.clock import SYSTEM_CLOCK, Clock
+from voxwire.cluster import Directory, StoreUnavailable
+from voxwire.cluster.relay import RelayFailed, carry, open_relay
+from voxwire.link import Link, Put
 from voxwire.ovp import (
     ENDPOINT_PATH,
     JWT_ALGORITHM,
+    MAX_RECEIVE_BYTES,
     MAX_TOKEN_LIFETIME_S,
     MIN_GATEWAY_SECRET_BYTES,
+    SILENCE_TIMEOUT_MS,
     SUBPROTOCOL,
     SUBPROTOCOL_ALIAS,
     SUBPROTOCOL_MISMATCH_HTTP_STATUS,
     TOKEN_CLOCK_LEEWAY_S,
     TOKEN_QUERY_PARAMETER,
+    WRITE_TIMEOUT_MS,
     AgentConfig,
     AudioFrame,
     CallInfo,
@@ -74,12 +80,7 @@ from voxwire.ovp._session import (
     SessionStateError,
     check_session_id,
 )
-from voxwire.ovp._transport import (
-    MAX_FRAME_SIZE,
-    Inbox,
-    LinkWriter,
-    install_token_redaction,
-)
+from voxwire.ovp._transport import WRITE_QUEUE, Inbox, open_link, perform
 from voxwire.ovp.gateway_core import (
     ClientEvent,
     GatewayCore,
@@ -90,6 +91,7 @@ from voxwire.ovp.gateway_core import (
     ToLink,
     refuse_token,
 )
+from voxwire.redaction import install_redaction
 
 __all__ = [
     "Gateway",
@@ -116,6 +118,11 @@ _REQUIRED_CLAIMS: Final = ("exp", "iat", "tenant_id", "session_id")
 # resume is refused (OVP_RESUME_EXPIRED) rather than starting the session anew.
 _TOMBSTONE_S: Final = MAX_TOKEN_LIFETIME_S + 2 * TOKEN_CLOCK_LEEWAY_S
 _LOOPBACK: Final = frozenset({"127.0.0.1", "::1", "localhost"})
+_CLUSTER_KEY: Final = "ovp"
+"""The protocol's name in the owner directory (voxwire.cluster), beside Brisvox's."""
+_OWNERSHIP_S: Final = 24 * 3600.0
+"""How long an owner entry lives unrefreshed. Liveness is the owner process's heartbeat, so a
+dead process's entries are no owner at once; this only bounds what a crash leaves in Redis."""
 
 
 class GatewayConfigError(ValueError):
@@ -254,8 +261,9 @@ class GatewaySession:
             claims.session_id,
             epoch=time.time() - self._clock.now(),
             accept_patch=gateway.accept_patch,
+            window=WRITE_QUEUE,
         )
-        self._links: dict[int, LinkWriter] = {}
+        self._links: dict[int, Link] = {}
         self._inbox: Inbox[ClientMessage | AudioFrame] = Inbox(gateway.max_events)
         self._wake = asyncio.Event()
         self._sleeping_until = math.inf  # the deadline the timer task sleeps until
@@ -366,9 +374,10 @@ class GatewaySession:
     def _perform(self, out: list[GatewayOutput]) -> None:
         for item in out:
             if isinstance(item, ToLink):
-                writer = self._links.get(item.link)
-                if writer is not None:
-                    writer.post(item.action)
+                link = self._links.get(item.link)
+                if link is not None:
+                    put = perform(link, item.action, event=item.stream)
+                    assert put is not Put.FULL, "the core hands out no more than the window"
             elif isinstance(item, ClientEvent):
                 self._deliver(item.message)
             elif isinstance(item, AudioIn):
@@ -435,8 +444,8 @@ class GatewaySession:
                     await self._wake.wait()
         await clock.sleep(_TOMBSTONE_S)
         self._gateway._forget(self)
-        for writer in list(self._links.values()):
-            writer.abort()
+        for link in list(self._links.values()):
+            link.abort("the session is forgotten")
         if not self._links:  # else a reader may still record; the file is flushed anyway
             self._close_capture()
 
@@ -450,17 +459,20 @@ class GatewaySession:
         core, clock, recorder = self._core, self._clock, self._recorder
         record = None if recorder is None else partial(recorder.record, "server")
         link, out = core.open_link(clock.now())
-        writer = LinkWriter(
+        way_out = open_link(
             ws,
             clock,
             write_timeout=self._gateway.write_timeout,
+            keepalive=self._gateway.keepalive,
+            name=f"OVP session {self.session_id} link {link}",
             record=record,
-            written=lambda texts: self._perform(core.written(link, texts, clock.now())),
+            on_drained=lambda room: self._perform(core.drained(link, room, clock.now())),
         )
-        self._links[link] = writer
+        self._links[link] = way_out
         self._perform(out)
         try:
             async for data in ws:
+                way_out.heard()
                 if recorder is not None:
                     recorder.record("client", data)
                 if isinstance(data, str):
@@ -475,7 +487,7 @@ class GatewaySession:
             answered = answered and protocol.close_rcvd_then_sent is False
             self._perform(core.link_lost(link, clock.now(), answered_close=answered))
             del self._links[link]
-            await writer.stop()
+            await way_out.stop()
 
     async def _stop(self) -> None:
         self._perform(self._core.abort("the gateway is shutting down", self._clock.now()))
@@ -496,13 +508,18 @@ class Gateway:
         clock: The clock of every timer (resume window, 5 s events, tombstones).
         accept_patch: Judges each well-formed ``session.update`` patch: ``None`` applies it,
             a string refuses it with ``OVP_SESSION_UPDATE_REJECTED``.
-        write_timeout: Seconds a write may take before the connection is dropped.
-        keepalive: Seconds between pings; a pong missing as long again drops the connection.
+        write_timeout: Seconds one drain of a connection's queue may take before the connection
+            is dropped.
+        keepalive: Seconds of silence (no message, no pong) after which a connection counts as
+            dropped; it is pinged twice as often.
         max_events: Client events and frames a session holds for its application.
         ssl: An ``ssl.SSLContext`` to serve ``wss://``.
         record: Record every message of each session, sent and received, across its
             connections, into this capture (a path, ``{session_id}`` in it replaced by the
             session's id; or a ``voxwire.capture.Recorder``); see ``voxwire validate``.
+        directory: With several gateway processes (``voxwire.cluster``): each session this
+            gateway holds is recorded as its own, and a connection for a session another live
+            process holds is relayed there (the token is checked here first).
     """
 
     def __init__(
@@ -514,11 +531,12 @@ class Gateway:
         port: int = 0,
         clock: Clock = SYSTEM_CLOCK,
         accept_patch: Callable[[SessionPatch], str | None] | None = None,
-        write_timeout: float = 10.0,
-        keepalive: float = 10.0,
+        write_timeout: float = WRITE_TIMEOUT_MS / 1000,
+        keepalive: float = SILENCE_TIMEOUT_MS / 1000,
         max_events: int = 4096,
         ssl: Any = None,
         record: Record = None,
+        directory: Directory | None = None,
     ) -> None:
         self.handler = handler
         self._secret = _key(secret)
@@ -530,9 +548,11 @@ class Gateway:
         self.keepalive = keepalive
         self.max_events = max_events
         self.record = record
+        self.directory = directory
         self._ssl = ssl
         self._server: Server | None = None
         self._sessions: dict[str, GatewaySession] = {}
+        self._owning: set[asyncio.Task[None]] = set()
         self._selected: weakref.WeakKeyDictionary[ServerConnection, str] = (
             weakref.WeakKeyDictionary()
         )
@@ -558,8 +578,7 @@ class Gateway:
 
     async def start(self) -> None:
         """Listen."""
-        install_token_redaction()
-        keepalive = self.clock.real_seconds(self.keepalive)
+        install_redaction()
         self._server = await serve(
             self._connection,
             self.host,
@@ -567,9 +586,8 @@ class Gateway:
             process_request=self._process_request,
             process_response=self._process_response,
             compression=None,
-            max_size=MAX_FRAME_SIZE,
-            ping_interval=keepalive,
-            ping_timeout=keepalive,
+            max_size=MAX_RECEIVE_BYTES,
+            ping_interval=None,  # the link's keepalive
             close_timeout=self.clock.real_seconds(self.write_timeout),
             ssl=self._ssl,
         )
@@ -598,6 +616,57 @@ class Gateway:
     def _forget(self, session: GatewaySession) -> None:
         if self._sessions.get(session.session_id) is session:
             del self._sessions[session.session_id]
+            self._own(session.session_id, owned=False)
+
+    # -- several processes (voxwire.cluster) ----------------------------------------------------
+
+    def _own(self, session_id: str, *, owned: bool) -> None:
+        """Record (or forget) this gateway as the owner of ``session_id``, in a task."""
+        if self.directory is None:
+            return
+        directory = self.directory
+
+        async def update() -> None:
+            try:
+                if owned:
+                    await directory.claim(_CLUSTER_KEY, session_id, _OWNERSHIP_S)
+                else:
+                    await directory.release(_CLUSTER_KEY, session_id)
+            except StoreUnavailable as exc:
+                # Not recorded: a resume landing on another process is refused there
+                # (OVP_RESUME_EXPIRED), as with one process; one landing here still works.
+                log.warning("session %s: the owner directory was not updated: %s", session_id, exc)
+
+        task = asyncio.create_task(update(), name=f"ovp-own-{session_id}")
+        self._owning.add(task)
+        task.add_done_callback(self._owning.discard)
+
+    async def _relayed(self, ws: ServerConnection, session_id: str) -> bool:
+        """Relay ``ws`` to the live process that holds ``session_id``; False if there is none."""
+        if self.directory is None:
+            return False
+        try:
+            owner = await self.directory.lookup(_CLUSTER_KEY, session_id)
+        except StoreUnavailable as exc:
+            log.warning("session %s: the owner directory cannot be read: %s", session_id, exc)
+            return False
+        if owner is None or owner.process_id == self.directory.me.process_id:
+            return False
+        assert ws.request is not None
+        try:
+            # The token form: the relay is a voxwire client, and the owner answers it alike.
+            upstream = await open_relay(owner, ws.request.path, subprotocol=SUBPROTOCOL_ALIAS)
+        except RelayFailed as exc:
+            log.warning(
+                "session %s: held by %s, which cannot be reached: %s",
+                session_id,
+                owner.process_id,
+                exc,
+            )
+            return False
+        log.info("session %s: held by %s; relaying the connection", session_id, owner.process_id)
+        await carry(ws, upstream, owner)
+        return True
 
     def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
         """Route the path, check the subprotocol; the token waits for the handshake's end."""
@@ -653,15 +722,25 @@ class Gateway:
                 raise TokenRejected("token is for another tenant")
         except TokenRejected as exc:
             log.info("session %s: refused a connection: %s", session_id, exc)
-            writer = LinkWriter(ws, self.clock, write_timeout=self.write_timeout)
+            link = open_link(
+                ws,
+                self.clock,
+                write_timeout=self.write_timeout,
+                keepalive=self.keepalive,
+                name=f"OVP session {session_id} refusal",
+            )
             for action in refuse_token(
                 session_id, str(exc), epoch=time.time() - self.clock.now(), now=self.clock.now()
             ):
-                writer.post(action)
-            await writer.wait_done()
+                perform(link, action)
+            await link.wait_closed()
+            await link.stop()
+            return
+        if session is None and await self._relayed(ws, session_id):
             return
         if session is None:
             session = GatewaySession(self, claims)
             self._sessions[session_id] = session
+            self._own(session_id, owned=True)
             session._launch()
         await session._serve(ws)

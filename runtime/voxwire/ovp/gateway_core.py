@@ -11,15 +11,16 @@ gateway = GatewayCore("ovps_1", epoch=...)
 link, out = gateway.open_link(now)          # an authenticated connection
 gateway.start(call, agent, now)             # [Sent(SessionStart(...)), ToLink(link, SendText(...))]
 gateway.receive_text(link, data, now)       # [ClientEvent(..)] or [Sent(ErrorEvent(..)), ToLink]
-gateway.written(link, 3, now)               # 3 texts written: the next events of the stream
+gateway.drained(link, 1024, now)            # room for 1024 events: the next ones of the stream
 ```
 
 **The stream.** Every server event is stamped here (``seq`` +1 from 0 for the whole session),
 kept in the replay buffer, and written to the current link through a cursor: at most ``window``
-texts are handed to the adapter unwritten, and :meth:`GatewayCore.written` hands out the next
-ones. A replay is the same cursor set back to the resumed ``last_server_seq``, so neither a
-replay of 4096 events nor a burst of events larger than the adapter's queue ever enters the
-queue at once. Audio frames go out only while the stream is caught up (stale audio is dropped).
+events are handed to the adapter unwritten (``ToLink(..., stream=True)``), and
+:meth:`GatewayCore.drained` hands out the next ones as the link's queue has room. A replay is the
+same cursor set back to the resumed ``last_server_seq``, so neither a replay of 4096 events nor a
+burst of events larger than the adapter's queue ever enters the queue at once. Audio frames go
+out only while the stream is caught up (stale audio is dropped).
 
 The session's state is :attr:`GatewayCore.state`, a :class:`GatewayState`; what may happen in
 each state is :data:`GATEWAY_TRANSITIONS` (state x input -> next state), and every change of
@@ -115,7 +116,7 @@ __all__ = [
     "refuse_token",
 ]
 
-STREAM_WINDOW: Final = 512
+STREAM_WINDOW: Final = 1024
 """Default of ``window``: server events handed to the adapter for one link and not yet written."""
 
 # The window is closed (exactly 30 s is inside), so its deadline fires just after it.
@@ -197,10 +198,15 @@ class ClientEvent:
 
 @dataclass(frozen=True, slots=True)
 class ToLink:
-    """Perform ``action`` on the gateway's connection ``link``."""
+    """Perform ``action`` on the gateway's connection ``link``.
+
+    ``stream``: an event of the session's stream, which counts against the link's window (the
+    adapter queues it as an event; anything else is control: audio, refusals, closes).
+    """
 
     link: int
     action: Action
+    stream: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,7 +237,7 @@ class _Link:
     def __init__(self) -> None:
         self.streaming = False  # the session's current link
         self.next_seq = 0  # the seq of the next event of the stream to hand out
-        self.unwritten = 0  # texts handed out and not yet reported written
+        self.unwritten = 0  # events handed out that the link's queue may still hold
         self.close_after: Close | None = None  # once the stream is written out
         self.cut = False  # closed: nothing more goes to it
 
@@ -326,8 +332,8 @@ class GatewayCore:
         epoch: Wall-clock seconds at ``now == 0``, for the ``ts`` of every event.
         accept_patch: Judges a well-formed patch: ``None`` to apply it, or why it is refused
             (answered with ``OVP_SESSION_UPDATE_REJECTED``).
-        window: Texts of the stream handed out for one link before :meth:`written` reports
-            them written (the adapter's queue bound, or less).
+        window: Events of the stream one link's queue holds at most (its event bound):
+            never more are handed out before :meth:`drained` reports room.
     """
 
     def __init__(
@@ -418,12 +424,12 @@ class GatewayCore:
             return [LinkDropped(link, now)] if state is GatewayState.LIVE else []
         return []
 
-    def written(self, link: int, texts: int, now: float) -> list[GatewayOutput]:
-        """``texts`` text messages handed to ``link`` were written: the next part of the stream."""
+    def drained(self, link: int, room: int, now: float) -> list[GatewayOutput]:
+        """``link``'s queue drained and has ``room`` for events: the next part of the stream."""
         state = self._links.get(link)
         if state is None:
             return []
-        state.unwritten = max(0, state.unwritten - texts)
+        state.unwritten = max(0, self._window - room)
         return self._pump(link)
 
     # ------------------------------------------------------------------ application
@@ -741,7 +747,7 @@ class GatewayCore:
             if not self._replay.holds_after(state.next_seq - 1):
                 return self._cut(link, Close(CloseCode.POLICY, "too slow: the stream was evicted"))
             chunk = self._replay.take(state.next_seq, min(behind, room))
-            out = [ToLink(link, SendText(data)) for data in chunk]
+            out = [ToLink(link, SendText(data), stream=True) for data in chunk]
             state.next_seq += len(chunk)
             state.unwritten += len(chunk)
         if state.close_after is not None and state.next_seq == self._stamper.next_seq:

@@ -37,6 +37,13 @@ import {
 import { ErrorCode, ProtocolError } from "./errors.js";
 import { type AudioFrame, decodeFrame, encodeFrame } from "./frames.js";
 import { type ClientMessage, FrameDirection, type ServerMessage, type SessionEnd, type SessionStart } from "./messages.js";
+import { OVP_SPEC } from "./spec.js";
+
+const SENT_BY = (sender: string): ReadonlySet<string> =>
+  new Set(OVP_SPEC.messages.filter((m) => m.senders.includes(sender)).map((m) => m.type));
+/** What each side may send (from the spec): the untyped path refuses the other side's types. */
+const SERVER_TYPES = SENT_BY("server");
+const CLIENT_TYPES = SENT_BY("client");
 
 /** The part of the WHATWG `WebSocket` the client uses (browsers' and `ws`'s both have it). */
 export interface WebSocketLike {
@@ -140,6 +147,7 @@ export class OvpClient {
 
   /** Call `handler` with every event of `type` the gateway sends (in order, exactly once). */
   on<T extends ServerType>(type: T, handler: (event: ServerEvent<T>) => void): this {
+    if (!SERVER_TYPES.has(type)) throw new TypeError(`the gateway sends no ${JSON.stringify(type)}: a client handles only server events`);
     const list = this.handlers.get(type) ?? [];
     list.push(handler as Handler);
     this.handlers.set(type, list);
@@ -164,6 +172,7 @@ export class OvpClient {
   /** Stamp, check and send one client event; returns it as sent. */
   send<T extends ClientType>(type: T, fields: ClientFields<T>): Extract<ClientMessage, { type: T }> {
     if ((type as string) === "session.resume") throw new TypeError("session.resume is sent by the client itself");
+    if (!CLIENT_TYPES.has(type)) throw new TypeError(`a client does not send ${JSON.stringify(type)}`);
     if (!this.live) throw new Error("no live session: not connected, not started or over");
     return this.stamped(type, fields as object) as Extract<ClientMessage, { type: T }>;
   }

@@ -137,6 +137,14 @@ export class UnknownMessage {
   }
 }
 
+interface Layout {
+  readonly fields: Map<string, FieldSpec>;
+  /** How many fields are required: fewer read means one is missing. */
+  readonly required: number;
+  /** Whether the second pass has anything to check (`null` while it is being worked out). */
+  checked: boolean | null;
+}
+
 const UNSET: unique symbol = Symbol("UNSET");
 const LONE_SURROGATE = "text holds a lone surrogate (not valid UTF-8)";
 
@@ -150,7 +158,7 @@ interface Pass {
 /** Decodes and encodes the JSON messages of one protocol (see the module comment). */
 export class JsonCodec {
   private readonly byType = new Map<string, MessageSpec>();
-  private readonly fieldMaps = new Map<ObjectSpec | readonly FieldSpec[], Map<string, FieldSpec>>();
+  private readonly layouts = new Map<ObjectSpec, Layout>();
   private readonly utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 
   constructor(readonly spec: ProtocolSpec) {
@@ -239,7 +247,7 @@ export class JsonCodec {
     if (typeof data === "string") {
       // A UTF-16 unit is at most 3 UTF-8 bytes: short text needs no counting.
       if (data.length * 3 > max) {
-        const size = utf8Length(data, max);
+        const size = utf8Length(data);
         if (size > max) throw this.error("too_large", `message of ${size} bytes or more, at most ${max}`);
       }
       if (!isWellFormed(data)) throw this.error("malformed", LONE_SURROGATE);
@@ -279,7 +287,7 @@ export class JsonCodec {
     const text = JSON.stringify(value);
     const max = this.spec.maxMessageBytes;
     if (text.length * 3 > max) {
-      const size = utf8Length(text, Infinity);
+      const size = utf8Length(text);
       if (size > max) throw this.error("too_large", `${size} bytes encoded, at most ${max}`, null, type);
     }
     return text;
@@ -288,17 +296,38 @@ export class JsonCodec {
   // -- the first pass: types, enums, ranges, lengths, patterns ------------------------------------
 
   private fields(spec: ObjectSpec): Map<string, FieldSpec> {
-    let map = this.fieldMaps.get(spec);
-    if (map === undefined) {
-      map = new Map(spec.fields.map((field) => [field.name, field]));
-      this.fieldMaps.set(spec, map);
+    return this.layout(spec).fields;
+  }
+
+  /** What the codec works out once per object type: its fields by name, what pass 2 needs. */
+  private layout(spec: ObjectSpec): Layout {
+    let layout = this.layouts.get(spec);
+    if (layout === undefined) {
+      layout = {
+        fields: new Map(spec.fields.map((field) => [field.name, field])),
+        required: spec.fields.filter((field) => field.required).length,
+        checked: null,
+      };
+      this.layouts.set(spec, layout);
+      layout.checked =
+        (spec.rules ?? []).length > 0 ||
+        spec.fields.some(
+          (f) =>
+            f.notBlank === true ||
+            f.minBytes !== undefined ||
+            f.maxBytes !== undefined ||
+            f.uniqueBy !== undefined ||
+            (f.kind === "struct" && this.layout(this.struct(f)).checked === true),
+        );
     }
-    return map;
+    return layout;
   }
 
   private readObject(spec: ObjectSpec, value: object, path: string, pass: Pass): Record<string, unknown> {
     const source = value as RawObject;
-    const fields = this.fields(spec);
+    const layout = this.layout(spec);
+    const fields = layout.fields;
+    let required = 0;
     const out: Record<string, unknown> = {};
     if (pass.messageType !== null && path === "$" && "type" in source) out["type"] = source["type"];
     const repeated = pass.duplicates?.get(value);
@@ -317,14 +346,19 @@ export class JsonCodec {
         continue;
       }
       const where = join(path, key);
-      for (const occurrence of repeated?.get(key) ?? []) this.readField(field, occurrence, where, pass);
+      const earlier = repeated?.get(key);
+      if (earlier !== undefined) for (const occurrence of earlier) this.readField(field, occurrence, where, pass);
       const read = this.readField(field, item, where, pass);
+      if (field.required) required++;
       if (pass.fromUser && field.hasDefault && jsonEqual(read, field.default)) continue;
-      defineValue(out, key, read);
+      if (key === "__proto__") defineValue(out, key, read);
+      else out[key] = read;
     }
-    for (const field of spec.fields) {
-      if (field.required && !Object.hasOwn(out, field.name)) {
-        throw this.error("missing_field", "required field is missing", join(path, field.name), pass.messageType);
+    if (required < layout.required) {
+      for (const field of spec.fields) {
+        if (field.required && !Object.hasOwn(out, field.name)) {
+          throw this.error("missing_field", "required field is missing", join(path, field.name), pass.messageType);
+        }
       }
     }
     return out;
@@ -376,10 +410,10 @@ export class JsonCodec {
         if (pass.fromUser && !isWellFormed(value)) throw this.fail(field, "invalid_value", LONE_SURROGATE, path, pass, own);
         if (own) this.constant(field, value, path, pass);
         if (own && field.shape === undefined) {
-          if (field.maxLength !== undefined && codePoints(value, field.maxLength) > field.maxLength) {
+          if (field.maxLength !== undefined && value.length > field.maxLength && codePoints(value, field.maxLength) > field.maxLength) {
             throw this.fail(field, "invalid_value", `Expected \`str\` of length <= ${field.maxLength}`, path, pass, own);
           }
-          if (field.minLength !== undefined && codePoints(value, field.minLength) < field.minLength) {
+          if (field.minLength !== undefined && value.length < 2 * field.minLength && codePoints(value, field.minLength) < field.minLength) {
             throw this.fail(field, "invalid_value", `Expected \`str\` of length >= ${field.minLength}`, path, pass, own);
           }
         }
@@ -486,6 +520,7 @@ export class JsonCodec {
   // -- the second pass: byte limits, blank text, uniqueness, rules across fields ------------------
 
   private checkObject(spec: ObjectSpec, value: Record<string, unknown>, path: string, pass: Pass): void {
+    if (this.layout(spec).checked === false) return;
     for (const field of spec.fields) {
       const item = value[field.name];
       if (item === undefined || item === null || !Object.hasOwn(value, field.name)) continue;
@@ -524,11 +559,11 @@ export class JsonCodec {
     let problem: string | null = null;
     if (field.notBlank && this.spec.blank.test(value)) problem = "is blank";
     else if (field.minBytes !== undefined) {
-      const size = utf8Length(value, Infinity);
+      const size = utf8Length(value);
       if (size < field.minBytes) problem = `${size} UTF-8 bytes, at least ${field.minBytes}`;
     }
     if (problem === null && field.maxBytes !== undefined && value.length * 3 > field.maxBytes) {
-      const size = utf8Length(value, Infinity);
+      const size = utf8Length(value);
       if (size > field.maxBytes) problem = `${size} UTF-8 bytes, at most ${field.maxBytes}`;
     }
     if (problem !== null) throw this.fail(field, "invalid_value", problem, path, pass, true, true);
@@ -685,23 +720,17 @@ export function codePoints(text: string, limit: number): number {
   return count;
 }
 
-/** The length of `text` in UTF-8 bytes (a lone surrogate counts 3), counting stops past `stop`. */
-export function utf8Length(text: string, stop: number): number {
-  let size = 0;
-  for (let i = 0; i < text.length && size <= stop; i++) {
-    const c = text.charCodeAt(i);
-    if (c < 0x80) size += 1;
-    else if (c < 0x800) size += 2;
-    else if (c >= 0xd800 && c <= 0xdbff && i + 1 < text.length) {
-      const next = text.charCodeAt(i + 1);
-      if (next >= 0xdc00 && next <= 0xdfff) {
-        size += 4;
-        i++;
-      } else size += 3;
-    } else size += 3;
-  }
-  return size;
+const ASCII = /^[\u0000-\u007f]*$/;
+const ENCODER = new TextEncoder();
+
+/** The length of `text` in UTF-8 bytes (a lone surrogate counts 3, as U+FFFD). */
+export function utf8Length(text: string): number {
+  if (ASCII.test(text)) return text.length;
+  if (scratch.length < text.length * 3) scratch = new Uint8Array(text.length * 3);
+  return ENCODER.encodeInto(text, scratch).written;
 }
+
+let scratch = new Uint8Array(4096);
 
 function firstInvalidUtf8(bytes: Uint8Array): number {
   const decoder = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });

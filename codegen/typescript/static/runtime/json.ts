@@ -35,10 +35,13 @@ export interface Parsed {
   readonly duplicates: Duplicates | null;
 }
 
-/** Objects are created without a prototype, so any key (`__proto__`, `constructor`) is data. */
+/** A parsed object; a `__proto__` key is an own property like any other (as `JSON.parse` has it). */
 export type RawObject = { [key: string]: unknown };
 
 export const MAX_DEPTH = 1000;
+
+/** What makes a string need the careful path: an escape or a control character. */
+const SLOW_STRING = /[\\\u0000-\u001f]/;
 
 const WS = new Uint8Array(128);
 WS[0x20] = WS[0x09] = WS[0x0a] = WS[0x0d] = 1;
@@ -154,6 +157,15 @@ class Reader {
 
   string(): string {
     const text = this.text;
+    // The common case: no escape and no control character before the closing quote.
+    const end = text.indexOf('"', this.at + 1);
+    if (end > 0) {
+      const chunk = text.slice(this.at + 1, end);
+      if (!SLOW_STRING.test(chunk)) {
+        this.at = end + 1;
+        return chunk;
+      }
+    }
     let at = this.at + 1;
     let start = at;
     let out = "";
@@ -252,7 +264,7 @@ class Reader {
   object(depth: number): RawObject {
     if (depth > this.maxDepth) this.fail(`nested deeper than ${this.maxDepth} levels`);
     this.at++;
-    const out: RawObject = Object.create(null) as RawObject;
+    const out: RawObject = {};
     this.skipWhitespace();
     if (this.text.charCodeAt(this.at) === 0x7d) {
       this.at++;
@@ -268,8 +280,9 @@ class Reader {
       this.skipWhitespace();
       const value = this.value(depth);
       const previous = out[key];
-      if (previous !== undefined) this.repeated(out, key, previous);
-      out[key] = value;
+      if (previous !== undefined && Object.hasOwn(out, key)) this.repeated(out, key, previous);
+      if (key === "__proto__") Object.defineProperty(out, key, { value, enumerable: true, writable: true, configurable: true });
+      else out[key] = value;
       this.skipWhitespace();
       const c = this.text.charCodeAt(this.at++);
       if (c === 0x7d) return out;

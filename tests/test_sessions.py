@@ -1,0 +1,147 @@
+"""Session-level conformance vectors (docs/conformance.md, "Sessions"): voxwire's cores pass them
+all, in process and as a subprocess testee; a testee that judges a step wrongly fails that case;
+the timed cases follow the spec's constants."""
+
+from __future__ import annotations
+
+import io
+import json
+import shlex
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from codegen.ir import resolve
+from codegen.loader import load
+from codegen.sessions import build_sessions
+from tests.conftest import ROOT
+from voxwire.conformance import Case, VectorError, answer, load_cases, read_vectors, request, run
+
+SCENARIOS = {
+    "ovp/session/gateway/handshake",
+    "ovp/session/gateway/seq-regression-equal",
+    "ovp/session/gateway/direction-violation",
+    "ovp/session/gateway/resume-inside-the-window",
+    "ovp/session/gateway/resume-at-the-window",
+    "ovp/session/gateway/resume-outside-the-window",
+    "ovp/session/gateway/replay-from-the-start",
+    "ovp/session/gateway/replay-beyond-what-was-sent",
+    "ovp/session/gateway/resume-after-the-end",
+    "ovp/session/client/handshake",
+    "ovp/session/client/resume-and-replay",
+}
+"""The rules issue 16 names, one case each at least."""
+
+
+@pytest.fixture(scope="module")
+def sessions() -> list[Case]:
+    return [c for c in load_cases() if c.kind == "session"]
+
+
+def test_every_named_scenario_has_a_case(sessions: list[Case]) -> None:
+    assert {c.id for c in sessions} >= SCENARIOS
+
+
+def test_voxwire_passes_every_session_case_in_process(sessions: list[Case]) -> None:
+    report = run(sessions, lambda case: answer(request(case)), {})
+    assert report.ok, "\n".join(report.lines())
+    assert len(sessions) >= len(SCENARIOS)
+
+
+def test_voxwire_passes_them_as_a_subprocess_testee() -> None:
+    serve = f"{shlex.quote(sys.executable)} -m voxwire.conformance --serve"
+    done = subprocess.run(
+        [sys.executable, "-m", "voxwire.conformance", "--kind", "session", "--testee", serve],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "0 unexpected" in done.stdout
+
+
+def test_a_wrong_verdict_fails_its_case_at_its_step(sessions: list[Case]) -> None:
+    case = next(c for c in sessions if c.id == "ovp/session/gateway/seq-regression-equal")
+
+    def lenient(c: Case) -> dict[str, Any]:
+        got = answer(request(c))
+        if c.id == case.id:  # a testee that takes the repeated seq
+            got["steps"] = [
+                {"verdict": "accepted"} if v.get("verdict") == "error" else v for v in got["steps"]
+            ]
+        return got
+
+    report = run(sessions, lenient, {})
+    assert not report.ok
+    text = "\n".join(report.lines())
+    assert f"FAIL {case.id}: step 3: expected" in text
+
+
+def test_the_window_cases_take_their_times_from_the_spec() -> None:
+    spec = resolve(load(ROOT / "spec" / "ovp.yaml"))
+    window = next(c.value for c in spec.constants if c.name == "resume_window_ms") / 1000
+    cases = {c["id"]: c for c in build_sessions(spec)}
+    for name, after in (("at", window), ("inside", window - 0.001), ("outside", window + 0.001)):
+        steps = cases[f"ovp/session/gateway/resume-{name}-the-window"]["steps"]
+        lost = next(s["t"] for s in steps if s.get("link") == "lost")
+        resume = next(s["t"] for s in steps if '"session.resume"' in s.get("text", ""))
+        assert resume - lost == pytest.approx(after)
+
+
+def test_a_session_case_needs_one_verdict_per_step() -> None:
+    good = next(c for c in load_cases() if c.kind == "session").data
+    broken = {**good, "expect": {"steps": good["expect"]["steps"][:-1]}}
+    with pytest.raises(VectorError, match="one verdict per step"):
+        read_vectors(json.dumps(broken) + "\n", "x.jsonl")
+    with pytest.raises(VectorError, match="side"):
+        read_vectors(json.dumps({**good, "side": None}) + "\n", "x.jsonl")
+
+
+def test_a_side_voxwire_does_not_play_is_an_error_answer() -> None:
+    got = answer({"id": "x", "protocol": "ovp", "kind": "session", "side": "operator", "steps": []})
+    assert "voxwire plays no ovp side 'operator'" in got["error"]
+
+
+def test_serve_answers_a_session_request_in_one_line() -> None:
+    case = next(c for c in load_cases() if c.kind == "session")
+    stdout = io.BytesIO()
+    from voxwire.conformance import serve
+
+    assert serve(io.BytesIO((json.dumps(request(case)) + "\n").encode()), stdout) == 0
+    (line,) = stdout.getvalue().splitlines()
+    assert json.loads(line)["steps"] == case.expect["steps"]
+
+
+def _as_capture(case: Case) -> str:
+    recorded_by = "server" if case.data["side"] == "gateway" else "client"
+    header = {"capture": "voxwire", "version": 1, "protocol": case.protocol}
+    lines = [json.dumps({**header, "recorded_by": recorded_by})]
+    lines += [
+        json.dumps({"t": s["t"], "from": s["from"], "text": s["text"]}) for s in case.data["steps"]
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def test_voxwire_validate_judges_the_cases_a_capture_can_hold(sessions: list[Case]) -> None:
+    """A case without link events is a capture. ``voxwire validate`` reports a violation with
+    the verdict's code at every step refused with an error, and none at a step sent or accepted;
+    at a step the side ignores it may report what the sender broke (a duplicate seq)."""
+    from voxwire.validate import Tally, Violation, check_capture
+
+    checked = 0
+    for case in sessions:
+        if any("link" in step for step in case.data["steps"]):
+            continue  # a capture records no link events (yet)
+        _, findings = check_capture(io.StringIO(_as_capture(case)), Tally())
+        found = {f.line - 2: str(f.code) for f in findings if isinstance(f, Violation)}
+        verdicts = case.expect["steps"]
+        errors = {i: v["code"] for i, v in enumerate(verdicts) if v["verdict"] == "error"}
+        assert {i: found[i] for i in errors if i in found} == errors, case.id
+        extra = set(found) - set(errors)
+        assert all(verdicts[i]["verdict"] == "ignored" for i in extra), (case.id, found)
+        checked += 1
+    assert checked >= 8
