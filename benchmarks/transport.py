@@ -80,7 +80,9 @@ async def _echo_session(session: GatewaySession) -> None:
             session.send_audio(item.pcm)
             frames += 1
             if frames % TRANSCRIPT_EVERY == 0:
-                session.send(ovp.TranscriptPartial, utterance_id="u", speaker="caller", text="...")
+                session.send_transcript_partial(
+                    utterance_id="u", speaker=ovp.Speaker.CALLER, text="..."
+                )
 
 
 async def _serve_ovp() -> None:

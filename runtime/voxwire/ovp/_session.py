@@ -122,14 +122,14 @@ def check_session_id(session_id: str) -> str:
 class Stamper:
     """Stamps and encodes one side's events: seq +1 from 0, ts, session_id."""
 
-    def __init__(self, session_id: str, epoch: float, allowed: frozenset[type]) -> None:
+    def __init__(self, session_id: str, epoch: float, allowed: frozenset[str]) -> None:
         self.session_id = session_id
         self.epoch = epoch
         self.next_seq = 0
         self._allowed = allowed
 
     def build(self, kind: type[M], fields: Mapping[str, Any], now: float) -> tuple[M, bytes]:
-        if kind not in self._allowed:
+        if kind.type not in self._allowed:
             raise TypeError(f"{kind.__name__} is not an event this side sends")
         if self.next_seq > MAX_SEQ:
             raise SessionStateError(f"seq would pass {MAX_SEQ}: the session cannot send more")
