@@ -138,14 +138,16 @@ class GatewayEmulation:
             tts_first_byte_ms=132,
             total_turn_ms=1452,
         )
-        session.send_call_quality_update(packet_loss_pct=0.2, jitter_ms=4.5, rtt_ms=38.0, mos=4.3)
-        cost = ovp.CostBreakdown(
-            llm_usd_micros=1200,
-            stt_usd_micros=300,
-            tts_usd_micros=450,
-            voice_termination_usd_micros=700,
+        # The 5 s reports are the core's: the application gives their values.
+        session.set_quality(packet_loss_pct=0.2, jitter_ms=4.5, rtt_ms=38.0, mos=4.3)
+        session.set_cost(
+            ovp.CostBreakdown(
+                llm_usd_micros=1200,
+                stt_usd_micros=300,
+                tts_usd_micros=450,
+                voice_termination_usd_micros=700,
+            )
         )
-        session.send_agent_cost_tick(total_cost_usd_micros=2650, breakdown=cost)
 
     async def tool_call(self, session: GatewaySession, frames: int, last: int) -> None:
         """Worked example: tool call mid-conversation."""

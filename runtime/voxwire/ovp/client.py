@@ -50,8 +50,10 @@ from websockets.exceptions import (
 )
 from websockets.typing import Subprotocol
 
+from voxwire import errors
 from voxwire.capture import Record, open_recorder
 from voxwire.clock import SYSTEM_CLOCK, Clock
+from voxwire.errors import VoxwireError
 from voxwire.hosts import check_url
 from voxwire.link import Link, Put
 from voxwire.ovp import (
@@ -76,7 +78,6 @@ from voxwire.ovp import (
 )
 from voxwire.ovp._session import (
     AudioIn,
-    Ignored,
     Sent,
     SessionOver,
     SessionStateError,
@@ -92,7 +93,7 @@ from voxwire.ovp.client_core import (
 )
 from voxwire.ovp.roles import ClientReceives, ClientSends
 from voxwire.redaction import install_redaction, redact
-from voxwire.sansio import Close, SendBinary, SendText
+from voxwire.sansio import Close, Ignored, SendBinary, SendText
 
 __all__ = [
     "VERIFIED_WEBSOCKETS",
@@ -124,7 +125,7 @@ _RECONNECT_MAX_S: Final = RECONNECT_BACKOFF_MAX_MS / 1000
 _PASSING_STATUS: Final = frozenset({HTTPStatus.REQUEST_TIMEOUT, HTTPStatus.TOO_MANY_REQUESTS})
 
 
-class HandshakeError(Exception):
+class HandshakeError(errors.HandshakeError):
     """The gateway refused or botched the WebSocket upgrade; the text never holds the token.
 
     Attributes:
@@ -140,7 +141,7 @@ class HandshakeError(Exception):
         self.code = code
 
 
-class SessionFailed(Exception):
+class SessionFailed(VoxwireError):
     """The session ended without ``session.end``: refused, expired, or broken.
 
     Attributes:

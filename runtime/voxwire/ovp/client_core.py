@@ -48,14 +48,13 @@ from voxwire.ovp._session import (
     AudioIn,
     FrameOrder,
     FrameWriter,
-    Ignored,
     Sent,
     SessionOver,
     SessionStateError,
     Stamper,
     describe,
 )
-from voxwire.sansio import Close, SendBinary, SendText
+from voxwire.sansio import Close, Ignored, SendBinary, SendText
 
 __all__ = [
     "CLIENT_TRANSITIONS",

@@ -47,6 +47,7 @@ from voxwire.capture import Record, open_recorder
 from voxwire.clock import SYSTEM_CLOCK, Clock
 from voxwire.cluster import Directory, StoreUnavailable
 from voxwire.cluster.relay import RelayFailed, carry, open_relay
+from voxwire.errors import ConfigError, VoxwireError
 from voxwire.link import Link, Put
 from voxwire.ovp import (
     ENDPOINT_PATH,
@@ -77,7 +78,6 @@ from voxwire.ovp import (
 )
 from voxwire.ovp._session import (
     AudioIn,
-    Ignored,
     Sent,
     SessionOver,
     SessionStateError,
@@ -96,6 +96,7 @@ from voxwire.ovp.gateway_core import (
 )
 from voxwire.ovp.roles import GatewayReceives, GatewaySends
 from voxwire.redaction import install_redaction
+from voxwire.sansio import Ignored
 
 __all__ = [
     "Gateway",
@@ -129,11 +130,11 @@ _OWNERSHIP_S: Final = 24 * 3600.0
 dead process's entries are no owner at once; this only bounds what a crash leaves in Redis."""
 
 
-class GatewayConfigError(ValueError):
+class GatewayConfigError(ConfigError):
     """A gateway configuration that must not start (a secret shorter than 32 bytes)."""
 
 
-class TokenRejected(ValueError):
+class TokenRejected(VoxwireError, ValueError):
     """A token the gateway refuses; the text says why and never holds the token."""
 
 

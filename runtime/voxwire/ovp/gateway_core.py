@@ -91,7 +91,6 @@ from voxwire.ovp._session import (
     AudioIn,
     FrameOrder,
     FrameWriter,
-    Ignored,
     Sent,
     SessionOver,
     SessionStateError,
@@ -99,7 +98,7 @@ from voxwire.ovp._session import (
     describe,
     timestamp,
 )
-from voxwire.sansio import Action, Close, SendBinary, SendText
+from voxwire.sansio import Action, Close, Ignored, SendBinary, SendText
 
 __all__ = [
     "GATEWAY_TRANSITIONS",
