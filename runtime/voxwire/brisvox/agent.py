@@ -747,7 +747,8 @@ class AgentServer:
             pass
         finally:
             link.timer.cancel()
-            self._link_lost(session, link, "the link closed")
+            down = link.out.down  # the writer took it down (drain timeout, silence, a fault)
+            self._link_lost(session, link, down.reason if down else "the link closed")
             if session._ended:
                 session._close_capture()
 
