@@ -697,6 +697,7 @@ class EngineLink(EngineSends[None], EngineReceives):
                     url.url,
                     additional_headers=headers,
                     **tls,
+                    **url.connect_overrides(),  # an IPv6 zone, decoded for getaddrinfo
                     compression=None,
                     max_size=MAX_MESSAGE_BYTES,
                     ping_interval=None,
