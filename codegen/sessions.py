@@ -283,5 +283,57 @@ class _OVP(_Builder):
 
 
 class _Brisvox(_Builder):
+    def server(self, case: _Case, kind: str, seq: int, verdict: dict[str, Any], **f: Any) -> None:
+        body = {**self.examples[kind], "seq": seq, "t_ms": 0 if seq == 1 else seq * 10, **f}
+        body.pop("resume", None) if kind == "session.start" and "resume" not in f else None
+        case.step({"t": body["t_ms"] / 1000, "from": "server", "text": json.dumps(body)}, verdict)
+
+    def agent(self, case: _Case, kind: str, t: float, verdict: dict[str, Any]) -> None:
+        body = self.examples[kind]
+        case.step({"t": t, "from": "agent", "text": json.dumps(body)}, verdict)
+
     def cases(self) -> Iterator[dict[str, Any]]:
-        return iter(())
+        bad = self.code("bad_message")
+
+        case = _Case(self.p, "handshake", "agent", self.cite("handshake-budget"))
+        self.server(case, "session.start", 1, ACCEPTED)
+        self.agent(case, "session.accept", 0.01, SENT)
+        self.server(case, "user.text", 2, ACCEPTED)
+        yield case.done()
+
+        case = _Case(self.p, "event-before-start", "agent", self.cite("handshake-budget"))
+        self.server(
+            case, "user.text", 1, {"verdict": "close", "close": self.closes["protocol_error"]}
+        )
+        yield case.done()
+
+        case = _Case(self.p, "no-common-version", "agent", self.cite("versions-may-be-empty"))
+        self.server(
+            case,
+            "session.start",
+            1,
+            {
+                "verdict": "rejected",
+                "code": self.code("unsupported_version"),
+                "close": self.closes["normal"],
+            },
+            versions=[99],
+        )
+        yield case.done()
+
+        case = _Case(self.p, "event-before-the-answer", "agent", self.cite("handshake-budget"))
+        self.server(case, "session.start", 1, ACCEPTED)
+        self.server(case, "user.text", 2, IGNORED)
+        self.agent(case, "session.accept", 0.03, SENT)
+        self.server(case, "user.text", 3, ACCEPTED)
+        yield case.done()
+
+        # A refused tool.call is answered and takes its seq: the next message is not refused.
+        case = _Case(self.p, "undecodable-tool-call", "agent", self.cite("undecodable-tool-call"))
+        self.server(case, "session.start", 1, ACCEPTED)
+        self.agent(case, "session.accept", 0.01, SENT)
+        for seq in range(2, 6):
+            self.server(case, "user.text", seq, ACCEPTED)
+        self.server(case, "tool.call", 6, _error(bad), arguments="x")
+        self.server(case, "user.text", 7, ACCEPTED)
+        yield case.done()

@@ -30,7 +30,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from typing import Any, Final, TypeAlias
 
@@ -235,7 +235,7 @@ class EngineInput(Enum):
     """What moves an :class:`EngineCore` from one state to another."""
 
     CONNECTED = "connected()"
-    ACCEPTED = "session.accept"
+    ACCEPTED = "the agent accepted"
     RETRY = "attempt failed or link lost, retry follows"
     GIVE_UP = "attempt failed or link lost, no retry"
     END_CALL = "end_call()"
@@ -299,7 +299,7 @@ class ToolOutcome(StrEnum):
     TIMEOUT = "timeout"
     INTERRUPTED = "interrupted"
     UNKNOWN_TOOL = "unknown_tool"
-    OUTCOME_UNKNOWN = "outcome_unknown"
+    OUTCOME_UNKNOWN = ErrorCode.OUTCOME_UNKNOWN.value
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,6 +347,8 @@ class ToolFinished:
     result: Any = None
     error: str | None = None
     late: bool = False
+    message: ToolResult | None = field(default=None, compare=False)
+    """The agent's tool.result, when it came from the agent."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -923,10 +925,19 @@ class EngineCore:
         if isinstance(result.error, str):
             return [
                 ToolFinished(
-                    result.id, call_id, ToolOutcome.TOOL_FAILED, error=result.error, late=late
+                    result.id,
+                    call_id,
+                    ToolOutcome.TOOL_FAILED,
+                    error=result.error,
+                    late=late,
+                    message=result,
                 )
             ]
-        return [ToolFinished(result.id, call_id, ToolOutcome.RESULT, result.result, late=late)]
+        return [
+            ToolFinished(
+                result.id, call_id, ToolOutcome.RESULT, result.result, late=late, message=result
+            )
+        ]
 
     def _refuse(self, exc: ProtocolError, data: bytes | str) -> list[EngineOutput]:
         """Answer a message that broke the protocol: too large closes the link; a command with a

@@ -14,7 +14,15 @@ from typing import Any, Final
 import msgspec
 from msgspec import UNSET
 
-from voxwire import ovp
+from voxwire import brisvox, ovp
+from voxwire.brisvox.agent_core import (
+    AgentCore,
+    AgentOutput,
+    EventReceived,
+    StartReceived,
+    ToolCallStarted,
+)
+from voxwire.brisvox.outputs import BadMessage, HandshakeFailed
 from voxwire.ovp._session import Sent, SessionOver
 from voxwire.ovp.client_core import ClientCore, ClientOutput, Rejected, ServerEvent
 from voxwire.ovp.gateway_core import (
@@ -208,8 +216,56 @@ def _ovp_client(steps: Sequence[dict[str, Any]]) -> list[Verdict]:
     return [client.step(step) for step in steps]
 
 
+class _Agent:
+    """A Brisvox ``AgentCore`` playing the agent's steps and judging the server's."""
+
+    def __init__(self, first: dict[str, Any]) -> None:
+        self.core = AgentCore(first["t"])
+
+    def step(self, step: dict[str, Any]) -> Verdict:
+        t = step["t"]
+        if "link" in step:
+            raise ValueError("a Brisvox agent case has no link events: a link is one call")
+        if step["from"] == "agent":
+            message: Any = brisvox.decode(step["text"], "agent")
+            if isinstance(message, brisvox.SessionAccept):
+                self.core.accept(message, t)
+            elif isinstance(message, brisvox.ToolResult):
+                self.core.send_tool_result(message, t)
+            else:
+                raise ValueError(f"voxwire's agent testee does not send {message.type}")
+            return {"verdict": "sent"}
+        return _judge_agent(self.core.receive_text(step["text"], t))
+
+
+def _judge_agent(out: list[AgentOutput]) -> Verdict:
+    closes = [int(o.code) for o in out if isinstance(o, Close)]
+    refused = [str(o.error.code) for o in out if isinstance(o, BadMessage)]
+    declined = [str(o.rejected.code) for o in out if isinstance(o, HandshakeFailed) and o.rejected]
+    if declined:  # a valid session.start the agent will not take: session.reject
+        return {"verdict": "rejected", "code": declined[0], "close": closes[0]}
+    if refused:
+        verdict: Verdict = {"verdict": "error", "code": refused[0]}
+        if closes:
+            verdict["close"] = closes[0]
+        return verdict
+    if closes:
+        return {"verdict": "close", "close": closes[0]}
+    if any(isinstance(o, (StartReceived, EventReceived, ToolCallStarted)) for o in out):
+        return {"verdict": "accepted"}
+    return {"verdict": "ignored"}
+
+
+def _brisvox_agent(steps: Sequence[dict[str, Any]]) -> list[Verdict]:
+    if not steps:
+        raise ValueError("a case has steps")
+    agent = _Agent(steps[0])
+    return [agent.step(step) for step in steps]
+
+
 SIDES: Final[dict[tuple[str, str], Callable[[Sequence[dict[str, Any]]], list[Verdict]]]] = {
     ("ovp", "gateway"): _ovp_gateway,
     ("ovp", "client"): _ovp_client,
+    ("brisvox", "agent"): _brisvox_agent,
 }
 """The (protocol, side) pairs voxwire plays, and how."""
