@@ -63,7 +63,7 @@ class _App:
         while session.connected:  # the gateway has not noticed the drop yet
             await asyncio.sleep(0.001)
         for n in range(REPLAY_EVENTS):
-            session.send(ovp.AgentThinking, turn_id="t1", delta=f"d{n}")
+            session.send_agent_thinking(turn_id="t1", delta=f"d{n}")
         sent.set()
         async for _ in session:
             pass

@@ -6,7 +6,10 @@ time in its payload) and an ``agent.input`` every 25 frames, and measures how lo
 takes to come back. The voxwire gateway decodes and checks every frame and event, echoes the
 audio through its application interface and adds a ``transcript.partial`` every 10 frames; the
 bare server echoes bytes. A level of concurrent calls is sustained when no frame is lost and the
-p99 echo latency stays under 20 ms; the levels rise until one is not.
+p99 echo latency stays under 20 ms; the levels rise until one is not. The generator paces each
+call with its own task and sleeps, or (``--pacer shared``) every call from one
+:class:`~voxwire.link.Pacer` task whose senders write through a :class:`~voxwire.link.Link`,
+so it spends less of the machine the servers share.
 
 Loopback only, and bounded: every level runs ``seconds`` of audio, and each child stops by
 itself after ``CHILD_LIFETIME_S``.
@@ -28,9 +31,11 @@ from websockets.asyncio.server import ServerConnection, serve
 
 from benchmarks.timing import run
 from voxwire import ovp
-from voxwire.link.pacer import Pacer
+from voxwire.clock import SYSTEM_CLOCK
+from voxwire.link import Link, Outbound, Overflow, Pacer
 from voxwire.ovp.client import _Connection  # offers orbit-voice/1.0 verbatim (see its docs)
 from voxwire.ovp.gateway import Gateway, GatewaySession, mint_token
+from voxwire.sansio import SendBinary, SendText
 
 __all__ = ["Level", "run_transport_benchmarks", "sustained"]
 
@@ -80,7 +85,9 @@ async def _echo_session(session: GatewaySession) -> None:
             session.send_audio(item.pcm)
             frames += 1
             if frames % TRANSCRIPT_EVERY == 0:
-                session.send(ovp.TranscriptPartial, utterance_id="u", speaker="caller", text="...")
+                session.send_transcript_partial(
+                    utterance_id="u", speaker=ovp.Speaker.CALLER, text="..."
+                )
 
 
 async def _serve_ovp() -> None:
@@ -105,8 +112,8 @@ async def _serve_echo() -> None:
 async def _call(
     base: str, server: str, index: int, frames: int, latencies: list[float], pacer: Pacer | None
 ) -> int:
-    """One call: stream ``frames`` frames in real time (on its own sleeps, or on the shared
-    ``pacer``); return how many came back."""
+    """One call: stream ``frames`` frames in real time (on its own sleeps, or from the shared
+    ``pacer`` through a :class:`~voxwire.link.Link`); return how many came back."""
     session_id = f"ovps_bench_{index}_{time.monotonic_ns()}"  # an ended session's id stays taken
     if server == "ovp":
         token = mint_token(SECRET, session_id=session_id, tenant_id=TENANT)
@@ -129,31 +136,55 @@ async def _call(
                     return
 
     listener = asyncio.create_task(listen())
-    began = time.perf_counter()
-    first = last_tick = await pacer.tick() if pacer is not None else 0
-    seq = 0
-    for n in range(frames):
-        if pacer is None:
-            await asyncio.sleep(began + n * FRAME_S - time.perf_counter())
-        else:
-            while first + n > last_tick:  # frame n goes at tick first + n (at once when behind)
-                last_tick = await pacer.tick()
+
+    def frame(n: int) -> tuple[bytes, str | None]:
+        """Frame ``n`` stamped with its send time, and the agent.input that goes with it."""
         header = HEADER.pack(1, 0, 0, n, n * 320)
-        await ws.send(
-            header + STAMP.pack(time.perf_counter()).ljust(ovp.PCM_BYTES_PER_FRAME, b"\0")
-        )
-        if n % EVENT_EVERY == 0:
-            seq += 1
-            event = {
-                **{"type": "agent.input", "seq": seq, "ts": "2026-05-14T12:34:56Z"},
-                **{"session_id": session_id, "source": "system", "text": f"frame {n}"},
-            }
-            await ws.send(json.dumps(event))
+        audio = header + STAMP.pack(time.perf_counter()).ljust(ovp.PCM_BYTES_PER_FRAME, b"\0")
+        if n % EVENT_EVERY:
+            return audio, None
+        event = {
+            **{"type": "agent.input", "seq": n // EVENT_EVERY + 1, "ts": "2026-05-14T12:34:56Z"},
+            **{"session_id": session_id, "source": "system", "text": f"frame {n}"},
+        }
+        return audio, json.dumps(event)
+
+    link: Link | None = None
+    if pacer is None:  # a task per call, sleeping until each frame is due
+        began = time.perf_counter()
+        for n in range(frames):
+            await asyncio.sleep(began + n * FRAME_S - time.perf_counter())
+            audio, text = frame(n)
+            await ws.send(audio)
+            if text is not None:
+                await ws.send(text)
+    else:  # one pacer calls every call's sender at each tick; each writes through a Link
+        link = Link(
+            ws, Outbound(event_bound=1024, overflow=Overflow.WAIT), clock=SYSTEM_CLOCK,
+            drain_timeout=2.0,
+        )  # fmt: skip
+        sent = 0
+
+        def send(due: int) -> bool:
+            nonlocal sent
+            for _ in range(min(due, frames - sent)):
+                audio, text = frame(sent)
+                link.event(SendBinary(audio))
+                if text is not None:
+                    link.event(SendText(text.encode()))
+                sent += 1
+            return sent < frames
+
+        pacer.add(send)
+        while send in pacer:
+            await asyncio.sleep(FRAME_S)
     try:
         async with asyncio.timeout(2.0):
             await listener
     except TimeoutError:
         listener.cancel()
+    if link is not None:
+        await link.stop()
     await ws.close()
     return back
 

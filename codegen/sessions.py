@@ -283,5 +283,121 @@ class _OVP(_Builder):
 
 
 class _Brisvox(_Builder):
+    def server(
+        self,
+        case: _Case,
+        kind: str,
+        seq: int,
+        verdict: dict[str, Any],
+        t: float | None = None,
+        **fields: Any,
+    ) -> None:
+        """A server message at ``t`` (default: 10 ms a seq, session.start at 0)."""
+        at = (0.0 if seq == 1 else seq / 100) if t is None else t
+        body = {**self.examples[kind], "seq": seq, "t_ms": round(at * 1000), **fields}
+        if kind == "session.start" and "resume" not in fields:
+            body.pop("resume", None)
+        case.step({"t": at, "from": "server", "text": json.dumps(body)}, verdict)
+
+    def agent(
+        self, case: _Case, kind: str, t: float, verdict: dict[str, Any], **fields: Any
+    ) -> None:
+        body = {**self.examples[kind], **fields}
+        case.step({"t": t, "from": "agent", "text": json.dumps(body)}, verdict)
+
+    def engine_cases(self) -> Iterator[dict[str, Any]]:
+        protocol_error = self.closes["protocol_error"]
+
+        case = _Case(self.p, "handshake", "engine", self.cite("handshake-budget"))
+        self.server(case, "session.start", 1, SENT)
+        self.agent(case, "session.accept", 0.01, ACCEPTED)
+        self.server(case, "user.text", 2, SENT)
+        self.agent(case, "say", 0.03, ACCEPTED)
+        yield case.done()
+
+        case = _Case(self.p, "version-not-offered", "engine", self.cite("handshake-budget"))
+        self.server(case, "session.start", 1, SENT)
+        self.agent(
+            case, "session.accept", 0.01, {"verdict": "close", "close": protocol_error}, version=9
+        )
+        yield case.done()
+
+        case = _Case(self.p, "command-before-accept", "engine", self.cite("handshake-budget"))
+        self.server(case, "session.start", 1, SENT)
+        self.agent(case, "say", 0.01, {"verdict": "close", "close": protocol_error})
+        yield case.done()
+
+        # A resumption: the agent declared resume: true; the link drops and comes back.
+        case = _Case(self.p, "resume", "engine", self.cite("resumed-seq-gap"))
+        self.server(case, "session.start", 1, SENT)
+        self.agent(case, "session.accept", 0.01, ACCEPTED, resume=True)
+        self.server(case, "user.text", 2, SENT)
+        case.link(1.0, "lost").link(1.5, "open")
+        resume = {"attempt": 1, "previous_seq": 2, "down_ms": 500}
+        self.server(case, "session.start", 3, SENT, 1.5, resume=resume)
+        self.agent(case, "session.accept", 1.51, ACCEPTED, resume=True)
+        self.server(case, "events.lost", 4, SENT, 1.51, count=0)
+        self.server(case, "user.text", 5, SENT, 1.6)
+        yield case.done()
+
+        case = _Case(self.p, "resume-without-resume-true", "engine", self.cite("resumed-seq-gap"))
+        self.server(case, "session.start", 1, SENT)
+        self.agent(case, "session.accept", 0.01, ACCEPTED, resume=True)
+        case.link(1.0, "lost").link(1.5, "open")
+        self.server(case, "session.start", 2, SENT, 1.5, resume={**resume, "previous_seq": 1})
+        self.agent(
+            case,
+            "session.accept",
+            1.51,
+            {"verdict": "close", "close": protocol_error},
+            resume=False,
+        )
+        yield case.done()
+
     def cases(self) -> Iterator[dict[str, Any]]:
-        return iter(())
+        bad = self.code("bad_message")
+
+        case = _Case(self.p, "handshake", "agent", self.cite("handshake-budget"))
+        self.server(case, "session.start", 1, ACCEPTED)
+        self.agent(case, "session.accept", 0.01, SENT)
+        self.server(case, "user.text", 2, ACCEPTED)
+        yield case.done()
+
+        case = _Case(self.p, "event-before-start", "agent", self.cite("handshake-budget"))
+        self.server(
+            case, "user.text", 1, {"verdict": "close", "close": self.closes["protocol_error"]}
+        )
+        yield case.done()
+
+        case = _Case(self.p, "no-common-version", "agent", self.cite("versions-may-be-empty"))
+        self.server(
+            case,
+            "session.start",
+            1,
+            {
+                "verdict": "rejected",
+                "code": self.code("unsupported_version"),
+                "close": self.closes["normal"],
+            },
+            versions=[99],
+        )
+        yield case.done()
+
+        case = _Case(self.p, "event-before-the-answer", "agent", self.cite("handshake-budget"))
+        self.server(case, "session.start", 1, ACCEPTED)
+        self.server(case, "user.text", 2, IGNORED)
+        self.agent(case, "session.accept", 0.03, SENT)
+        self.server(case, "user.text", 3, ACCEPTED)
+        yield case.done()
+
+        # A refused tool.call is answered and takes its seq: the next message is not refused.
+        case = _Case(self.p, "undecodable-tool-call", "agent", self.cite("undecodable-tool-call"))
+        self.server(case, "session.start", 1, ACCEPTED)
+        self.agent(case, "session.accept", 0.01, SENT)
+        for seq in range(2, 6):
+            self.server(case, "user.text", seq, ACCEPTED)
+        self.server(case, "tool.call", 6, _error(bad), arguments="x")
+        self.server(case, "user.text", 7, ACCEPTED)
+        yield case.done()
+
+        yield from self.engine_cases()

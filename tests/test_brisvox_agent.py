@@ -411,6 +411,40 @@ async def test_a_tool_call_whose_id_is_no_valid_id_is_logged_and_the_link_goes_o
     assert "tool.call $.id" in caplog.text
 
 
+@pytest.mark.parametrize("resume", [False, True])
+@aio
+async def test_a_failing_writer_takes_the_link_down_and_the_call_ends_or_parks(
+    resume: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def fast(ctx: ToolContext) -> object:
+        return "ok"
+
+    recorder = Recorder()
+    async with agent(recorder, tools=[_tool("fast", fast)], resume=resume) as server:
+        engine = await _engine(server)
+        await engine.handshake()
+        await engine.send(tool_call(2, 1, "fast"))
+        assert await engine.recv() == brisvox.ToolResult(id=1, result="ok")
+        session = recorder.sessions[0]
+        assert session._link is not None
+
+        def broken(data: bytes) -> None:
+            raise RuntimeError("injected writer fault")
+
+        session._link.ws.transport.write = broken  # type: ignore[method-assign]
+        await engine.send(tool_call(3, 2, "fast"))  # its result is the next write
+        async with asyncio.timeout(DEADLINE):
+            while not session.closed:
+                await asyncio.sleep(0.005)
+        assert session.parked is resume
+        if not resume:
+            [closed] = await recorder.wait_for(LinkClosed)
+            assert "the writer failed" in closed.reason
+        with pytest.raises(SessionClosed):
+            await session.send_say(text="too late")
+    assert "injected writer fault" in caplog.text
+
+
 @aio
 async def test_a_slow_handler_loses_events_counted_while_reading_goes_on() -> None:
     recorder = Recorder(delay=0.05)

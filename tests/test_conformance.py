@@ -72,6 +72,7 @@ def test_voxwire_passes_every_vector_in_process(cases: list[Case]) -> None:
         ("ovp", "decode"),
         ("ovp", "frame"),
         ("ovp", "session"),
+        ("brisvox", "session"),
     }
 
 

@@ -515,7 +515,9 @@ def test_checked_url_is_frozen() -> None:
 
 
 def test_public_names() -> None:
-    assert hosts.__all__ == ["CheckedURL", "InsecureURLError", "check_url", "redact_url"]
+    assert hosts.__all__ == [
+        "CheckedURL", "ConnectOverrides", "InsecureURLError", "check_url", "redact_url"
+    ]  # fmt: skip
 
 
 # The private set comes from the spec's constants: every listed network at both edges and just

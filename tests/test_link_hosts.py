@@ -12,7 +12,7 @@ from websockets.asyncio.client import connect
 from websockets.asyncio.server import ServerConnection, serve
 
 from voxwire import hosts
-from voxwire.brisvox.engine import AgentLinkConfig, AgentTarget
+from voxwire.brisvox.engine import AgentLinkConfig, AgentTarget, EngineLink
 from voxwire.redaction import install_redaction, redact, redacting_logger
 
 SECRET = "s3cr3t-t0ken"
@@ -31,6 +31,29 @@ def test_a_zone_reaches_getaddrinfo_decoded() -> None:
     )
     assert len(address) == 4  # an IPv6 address: host, port, flow info, scope id
     assert address[0] == "fe80::1" and address[-1] == socket.if_nametoindex("lo")
+
+
+def test_the_engine_hands_the_decoded_zone_to_the_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    asked: list[object] = []
+
+    async def refuse(
+        self: object, factory: object, host: object = None, *a: object, **k: object
+    ) -> object:
+        asked.append(host)
+        raise ConnectionRefusedError("refused by the test, nothing was sent")
+
+    monkeypatch.setattr(asyncio.BaseEventLoop, "create_connection", refuse)
+
+    async def main() -> None:
+        target = AgentTarget(hosts.check_url("ws://[fe80::1%25lo]:8765/agent"))
+        link = EngineLink(target, session_id="zone", agent="a")
+        assert not await link.start()
+        await link.close()
+
+    asyncio.run(asyncio.wait_for(main(), 10))
+    assert asked == ["fe80::1%lo"]
 
 
 def test_no_overrides_without_a_zone() -> None:

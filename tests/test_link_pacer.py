@@ -1,15 +1,15 @@
-"""The shared pacer: one timer for many senders, on a fixed grid, catching up missed ticks."""
+"""The shared pacer: one timer for many senders, on a fixed grid, making up missed ticks."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Coroutine
 from typing import Any
 
 import pytest
 
-from voxwire.clock import ScaledClock
-from voxwire.link.pacer import Pacer
+from voxwire.link import Pacer
 
 PERIOD = 0.02
 
@@ -22,59 +22,79 @@ def run(main: Coroutine[Any, Any, None]) -> None:
     asyncio.run(bounded())
 
 
-def test_many_senders_share_one_wakeup_per_tick() -> None:
+def counting(frames: int, counts: list[int], index: int) -> Any:
+    def send(due: int) -> bool:
+        counts[index] += due
+        return counts[index] < frames
+
+    return send
+
+
+def test_many_senders_share_one_wakeup_per_tick_and_each_gets_its_frames() -> None:
     async def main() -> None:
         pacer = Pacer(PERIOD)
-        owed = [0] * 100
-
-        async def sender(index: int) -> None:
-            sent = await pacer.tick()
-            for _ in range(20):
-                due = await pacer.tick()
-                owed[index] += due - sent
-                sent = due
-
-        await asyncio.gather(*(sender(i) for i in range(100)))
-        assert pacer.wakeups == 21  # not 100 x 21
-        assert len(set(owed)) == 1 and owed[0] >= 20  # each owes one frame per tick passed
+        counts = [0] * 300
+        for index in range(300):
+            pacer.add(counting(20, counts, index))
+        began = time.monotonic()
+        await pacer.idle()
+        assert set(counts) == {20}
+        assert pacer.wakeups <= 20  # one per tick, not 300 per tick
+        assert time.monotonic() - began >= 19 * PERIOD  # real time, not a burst
 
     run(main())
 
 
-def test_ticks_sit_on_a_grid_and_a_late_sender_is_told_what_it_owes() -> None:
+def test_a_missed_tick_is_made_up_at_the_next() -> None:
     async def main() -> None:
-        clock = ScaledClock(1.0)
-        pacer = Pacer(PERIOD, clock)
-        first = await pacer.tick()
-        assert clock.now() >= pacer.origin + first * PERIOD - 0.002  # uvloop: ms timers
-        await asyncio.sleep(PERIOD * 5.5)  # a busy sender misses ticks
-        due = await pacer.tick()
-        assert due - first >= 6
+        pacer = Pacer(PERIOD)
+        dues: list[int] = []
+
+        def send(due: int) -> bool:
+            dues.append(due)
+            if len(dues) == 2:
+                time.sleep(PERIOD * 3.5)  # the loop is stuck for 3 ticks and more
+            return len(dues) < 4
+
+        pacer.add(send)
+        await pacer.idle()
+        assert dues[:2] == [1, 1] and dues[2] >= 3
 
     run(main())
 
 
-def test_the_timer_stops_when_nobody_waits_and_comes_back() -> None:
+def test_the_timer_stops_without_senders_and_comes_back() -> None:
     async def main() -> None:
         pacer = Pacer(PERIOD)
-        await pacer.tick()
-        await asyncio.sleep(PERIOD * 3)
+        pacer.add(lambda due: False)
+        await pacer.idle()
         assert pacer._task is not None and pacer._task.done()
-        wakeups = pacer.wakeups
-        await pacer.tick()
-        assert pacer.wakeups == wakeups + 1
+        counts = [0]
+        pacer.add(counting(2, counts, 0))
+        await pacer.idle()
+        assert counts == [2]
 
     run(main())
 
 
-def test_a_cancelled_sender_does_not_cancel_the_others() -> None:
+def test_a_removed_sender_is_not_called_and_a_failing_one_is_reported() -> None:
     async def main() -> None:
         pacer = Pacer(PERIOD)
-        waiting = asyncio.ensure_future(pacer.tick())
-        other = asyncio.ensure_future(pacer.tick())
-        await asyncio.sleep(0)
-        waiting.cancel()
-        assert isinstance(await other, int)
+        called: list[str] = []
+
+        def quiet(due: int) -> bool:
+            called.append("quiet")
+            return True
+
+        def broken(due: int) -> bool:
+            pacer.remove(quiet)
+            raise RuntimeError("injected")
+
+        pacer.add(broken)
+        pacer.add(quiet)
+        with pytest.raises(RuntimeError, match="injected"):
+            await pacer.idle()
+        assert called == [] and broken not in pacer and quiet not in pacer
 
     run(main())
 

@@ -17,7 +17,6 @@ from voxwire import ovp
 from voxwire.ovp._session import (
     AUDIO_FORMAT,
     AudioIn,
-    Ignored,
     Sent,
     SessionOver,
     SessionStateError,
@@ -41,7 +40,7 @@ from voxwire.ovp.gateway_core import (
     ToLink,
     refuse_token,
 )
-from voxwire.sansio import Close, SendBinary, SendText
+from voxwire.sansio import Close, Ignored, SendBinary, SendText
 
 EPOCH = 1_778_762_096.0  # 2026-05-14T12:34:56Z
 

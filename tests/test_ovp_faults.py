@@ -43,7 +43,7 @@ class Call:
         async def chatter() -> None:
             n = 0
             while session.over is None:
-                session.send(ovp.AgentThinking, turn_id="t1", delta=f"d{n}")
+                session.send_agent_thinking(turn_id="t1", delta=f"d{n}")
                 n += 1
                 await self.clock.sleep(0.5)
 
@@ -96,7 +96,7 @@ class Call:
             if client.connected:
                 client.send_audio(PCM)
                 if n % 10 == 0:
-                    await client.send(ovp.DtmfSend, digits="5")
+                    await client.send_dtmf_send(digits="5")
                 n += 1
             await self.clock.sleep(ovp.FRAME_MS / 1000)
 
@@ -293,12 +293,12 @@ def test_a_writer_that_fails_takes_the_link_down_and_the_session_resumes(
             session = gateway.sessions[SESSION]
             failing["armed"] = True
             if side == "client":
-                await client.send(ovp.DtmfSend, digits="1")  # the write that fails
+                await client.send_dtmf_send(digits="1")  # the write that fails
             else:
-                session.send(ovp.AgentThinking, turn_id="t1", delta="lost with the link")
+                session.send_agent_thinking(turn_id="t1", delta="lost with the link")
             await eventually(lambda: client.reconnects == 1)
             assert session.over is None and session.connected
-            session.send(ovp.AgentThinking, turn_id="t1", delta="after")
+            session.send_agent_thinking(turn_id="t1", delta="after")
             session.end()
             seqs = [message.seq async for message in client]
             assert seqs == list(range(session._core.last_seq + 1))  # the lost one replayed

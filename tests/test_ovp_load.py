@@ -41,8 +41,8 @@ async def echo(session: GatewaySession) -> None:
             frames.append(item.frame_seq)
             session.send_audio(item.pcm)
             if len(frames) % TRANSCRIPT_EVERY == 0:
-                session.send(
-                    ovp.TranscriptPartial, utterance_id="u", speaker="caller", text=f"{len(frames)}"
+                session.send_transcript_partial(
+                    utterance_id="u", speaker="caller", text=f"{len(frames)}"
                 )
             if len(frames) == FRAMES:
                 break
@@ -98,7 +98,7 @@ async def call(url: str, index: int, latencies: list[float]) -> float:
             pcm = STAMP.pack(time.perf_counter()).ljust(ovp.PCM_BYTES_PER_FRAME, b"\0")
             client.send_audio(pcm)
             if n % EVENT_EVERY == 0:
-                await client.send(ovp.AgentInput, source="system", text=f"frame {n}")
+                await client.send_agent_input(source="system", text=f"frame {n}")
 
     listener = asyncio.create_task(listen())
     talker = asyncio.create_task(talk())

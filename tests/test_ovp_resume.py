@@ -33,7 +33,7 @@ from voxwire.ovp.gateway_core import GatewayState
 
 
 def thinking(session: GatewaySession, n: int) -> None:
-    session.send(ovp.AgentThinking, turn_id="t1", delta=f"d{n}")
+    session.send_agent_thinking(turn_id="t1", delta=f"d{n}")
 
 
 async def talking(session: GatewaySession) -> None:
@@ -90,7 +90,7 @@ def test_the_client_resumes_and_sees_every_event_once_and_in_order() -> None:
 
             consumer = asyncio.create_task(consume())
             for round_ in range(3):
-                await client.send(ovp.AgentInput, source="system", text=f"round {round_}")
+                await client.send_agent_input(source="system", text=f"round {round_}")
                 await eventually(lambda: bool(received) and received[-1] == session._core.last_seq)
                 proxy.refuse = True
                 proxy.reset()
@@ -99,7 +99,7 @@ def test_the_client_resumes_and_sees_every_event_once_and_in_order() -> None:
                     thinking(session, 100 + n)
                 proxy.refuse = False
                 await eventually(lambda: session.connected)
-            await client.send(ovp.AgentInput, source="system", text="last")
+            await client.send_agent_input(source="system", text="last")
             await eventually(lambda: received[-1] == session._core.last_seq)
             session.end()
             await consumer
@@ -125,12 +125,12 @@ def test_client_seq_goes_on_across_a_resume() -> None:
             await proxy.start()
             client = OVPClient(f"ws://127.0.0.1:{proxy.port}", SESSION, token(), clock=clock)
             await client.connect()
-            await client.send(ovp.DtmfSend, digits="1")
+            await client.send_dtmf_send(digits="1")
             await eventually(lambda: len(got) == 1)
             proxy.refuse = True
             proxy.reset()
             await eventually(lambda: not client.connected)
-            sending = asyncio.create_task(client.send(ovp.DtmfSend, digits="2"))
+            sending = asyncio.create_task(client.send_dtmf_send(digits="2"))
             await asyncio.sleep(0.02)
             assert not sending.done()  # it waits for the resume
             proxy.refuse = False

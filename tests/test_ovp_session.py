@@ -37,8 +37,7 @@ from voxwire.ovp.gateway import GatewaySession
 
 
 def transcript(session: GatewaySession, text: str) -> ovp.TranscriptFinal:
-    return session.send(
-        ovp.TranscriptFinal,
+    return session.send_transcript_final(
         utterance_id="utt_1",
         speaker=ovp.Speaker.CALLER,
         language="en-US",
@@ -81,12 +80,13 @@ def test_a_whole_call_with_events_and_audio_both_ways() -> None:
             async def every(message: Any) -> None:
                 seen.append(message.seq)
 
-            client.on("*", every)
+            for kind in ("session.start", "transcript.final", "session.end"):
+                client.on(kind, every)  # an awaitable handler is awaited
             start = await client.connect()
             assert start.agent.name == AGENT.name and start.call.from_ == CALL.from_
-            sent = await client.send(ovp.AgentInput, source=ovp.InputSource.SYSTEM, text="Be kind.")
+            sent = await client.send_agent_input(source=ovp.InputSource.SYSTEM, text="Be kind.")
             assert sent.seq == 0
-            await client.send(ovp.DtmfSend, digits="12#")
+            await client.send_dtmf_send(digits="12#")
             await client.stream_audio(memoryview(PCM * 30))
             echoed: list[ovp.AudioFrame] = []
 
@@ -221,10 +221,8 @@ def test_session_update_applied_or_rejected_through_the_client() -> None:
         async with serving(collecting(seen), accept_patch=judge) as gateway:
             client = OVPClient(gateway.url, SESSION, token())
             await client.connect()
-            await client.send(
-                ovp.SessionUpdate, patch=ovp.SessionPatch(voice_id="v2", speech_rate=0.8)
-            )
-            await client.send(ovp.SessionUpdate, patch=ovp.SessionPatch(language="tlh"))
+            await client.send_session_update(patch=ovp.SessionPatch(voice_id="v2", speech_rate=0.8))
+            await client.send_session_update(patch=ovp.SessionPatch(language="tlh"))
             async for message in client:
                 if message.type == "error":
                     assert isinstance(message, ovp.ErrorEvent)
@@ -303,11 +301,10 @@ def test_the_client_receives_the_tool_codes_on_agent_tool_error() -> None:
     async def handler(session: GatewaySession) -> None:
         session.start(CALL, AGENT)
         for call_id, code in [("c1", "OVP_TOOL_UNKNOWN"), ("c2", "OVP_TOOL_ARGS_INVALID")]:
-            session.send(
-                ovp.AgentToolInvoke, turn_id="t1", tool_call_id=call_id, name="lookup", arguments={}
+            session.send_agent_tool_invoke(
+                turn_id="t1", tool_call_id=call_id, name="lookup", arguments={}
             )
-            session.send(
-                ovp.AgentToolError,
+            session.send_agent_tool_error(
                 turn_id="t1",
                 tool_call_id=call_id,
                 code=code,
@@ -488,7 +485,7 @@ def test_a_client_that_hangs_up_leaves_the_session_resumable() -> None:
             assert client.over is not None and client.over.end is None
             assert [m.type async for m in client] == ["session.start"]  # no failure raised
             with pytest.raises(SessionFailed):
-                await client.send(ovp.DtmfSend, digits="1")
+                await client.send_dtmf_send(digits="1")
             session = gateway.sessions[SESSION]
             await eventually(lambda: not session.connected)
             assert session.over is None
@@ -522,3 +519,37 @@ def test_stream_audio_paces_frames_at_20_ms_behind_a_bounded_queue() -> None:
     span = arrivals[-1] - arrivals[0]
     assert 0.25 <= span < 0.6  # 15 intervals of 20 ms
     assert queued_for >= 0.15  # 16 frames through a queue of 5: about 10 had to leave first
+
+
+def test_on_takes_only_the_types_the_other_side_sends() -> None:
+    async def main() -> None:
+        async with serving(collecting([])) as gateway:
+            client = ovp_client(gateway.url)
+            with pytest.raises(ValueError, match=r"'transcript\.finall' is not a message type"):
+                client.on("transcript.finall", print)  # type: ignore[call-overload]
+            with pytest.raises(ValueError, match=r"the client sends 'agent\.input'"):
+                client.on("agent.input", print)  # type: ignore[call-overload]
+            await client.connect()
+            session = gateway.sessions[SESSION]
+            with pytest.raises(ValueError, match=r"the gateway sends 'agent\.output'"):
+                session.on("agent.output", print)  # type: ignore[call-overload]
+            await client.close()
+
+    run(main())
+
+
+def test_typed_sends_refuse_a_misspelled_field_at_run_time_too() -> None:
+    async def main() -> None:
+        async with serving(collecting([])) as gateway:
+            client = ovp_client(gateway.url)
+            await client.connect()
+            session = gateway.sessions[SESSION]
+            with pytest.raises(TypeError, match="finall"):
+                session.send_agent_output(turn_id="t", text="x", finall=True)  # type: ignore[call-arg]
+            with pytest.raises(TypeError, match="txt"):
+                await client.send_agent_input(txt="hi", source="system")  # type: ignore[call-arg]
+            sent = session.send_agent_output(turn_id="t", text="x", final=True)
+            assert isinstance(sent, ovp.AgentOutput) and sent.seq == 1
+            await client.close()
+
+    run(main())

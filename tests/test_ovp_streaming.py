@@ -22,7 +22,7 @@ async def started(session: GatewaySession) -> None:
 def burst(session: GatewaySession, count: int) -> None:
     """``count`` events at once, from one synchronous run of the application."""
     for n in range(count):
-        session.send(ovp.AgentThinking, turn_id="t1", delta=f"d{n}")
+        session.send_agent_thinking(turn_id="t1", delta=f"d{n}")
 
 
 @pytest.mark.parametrize(
@@ -41,7 +41,7 @@ def test_a_resume_replays_more_events_than_the_write_queue_holds(missed: int) ->
             burst(session, missed)  # seq 1..missed while the client is away
             proxy.refuse = False
             await eventually(lambda: session.connected, timeout=10)
-            session.send(ovp.AgentThinking, turn_id="t1", delta="live")
+            session.send_agent_thinking(turn_id="t1", delta="live")
             session.end()
             seqs = [message.seq async for message in client]
             assert seqs == list(range(missed + 3))  # start, the replay, live, the end

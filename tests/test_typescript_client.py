@@ -35,11 +35,11 @@ def gateway_handler(proxy: FaultProxy, seen: dict[str, Any]) -> Any:
                 frames += 1
                 session.send_audio(item.pcm)
                 if frames == FRAMES:
-                    session.send(ovp.AgentThinking, turn_id="t1", delta=DELTAS[0])
+                    session.send_agent_thinking(turn_id="t1", delta=DELTAS[0])
                     proxy.reset()  # every open connection gets an RST: the link is gone
                     seen["connections_before_drop"] = proxy.accepted
                     for delta in DELTAS[1:]:
-                        session.send(ovp.AgentThinking, turn_id="t1", delta=delta)
+                        session.send_agent_thinking(turn_id="t1", delta=delta)
             elif isinstance(item, ovp.AgentInput):
                 seen["input"] = item.text
                 seen["frames"] = frames

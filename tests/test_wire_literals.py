@@ -3,8 +3,9 @@ the generated modules (``SessionStart.type``, ``ErrorCode.BAD_MESSAGE``, ``Close
 ``COMMAND_TYPES``), never written again by hand.
 
 Allowed: docstrings, the first argument of ``on()`` (the typed API takes the type string; its
-overloads check it), and a dict key or item name that is also a field name of the spec (the
-field ``error`` of ``command.result`` is not the message type ``error``). The number 1000 is a
+overloads check it), a dict key or item name that is also a field name of the spec (the
+field ``error`` of ``command.result`` is not the message type ``error``), and a dict value under
+any key but ``type``, ``code`` or ``error_code`` (a verdict ``"error"``). The number 1000 is a
 close code only where a close takes it (a call named ``close``/``Close`` or ``code=``); elsewhere
 it is the milliseconds of a second.
 """
@@ -19,6 +20,8 @@ from codegen.pipeline import load_protocols
 from tests.conftest import ROOT
 
 RUNTIME = ROOT / "runtime" / "voxwire"
+_WIRE_KEYS = frozenset({"type", "code", "error_code"})
+"""The JSON keys under which a type string or an error code travels."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,11 @@ def wire_literals(source: str, facts: WireFacts) -> list[tuple[int, str]]:
             close_args.add(id(node.value))
         elif isinstance(node, ast.Dict):
             allowed |= _field_keys([k for k in node.keys if k is not None], facts)
+            allowed |= {  # a value is a wire literal only under a key that carries one
+                id(value)
+                for key, value in zip(node.keys, node.values, strict=True)
+                if not (isinstance(key, ast.Constant) and key.value in _WIRE_KEYS)
+            }
         elif isinstance(node, ast.Subscript):
             allowed |= _field_keys([node.slice], facts)
         elif isinstance(node, ast.Tuple | ast.List | ast.Set):
@@ -111,13 +119,14 @@ def f(ws, client, result, message):
     if message.type == "session.start":
         raise ValueError("bad_message")
     client.on("transcript.final", print)
-    return result.get("error"), {"error": None}, "error" in result
+    return result.get("error"), {"error": None, "verdict": "error"}, "error" in result, {"code": "rejected"}
 '''
     assert wire_literals(source, facts) == [
         (4, "close code 1000"),
         (5, "close code 1008"),
         (7, "message type 'session.start'"),
         (8, "error code 'bad_message'"),
+        (10, "error code 'rejected'"),
     ]
 
 

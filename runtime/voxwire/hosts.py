@@ -17,7 +17,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypedDict
 from urllib.parse import urlsplit
 
 from voxwire.brisvox.constants import (
@@ -30,7 +30,7 @@ from voxwire.brisvox.constants import (
 )
 from voxwire.errors import ConfigError
 
-__all__ = ["CheckedURL", "InsecureURLError", "check_url", "redact_url"]
+__all__ = ["CheckedURL", "ConnectOverrides", "InsecureURLError", "check_url", "redact_url"]
 
 UNPARSEABLE = "<unparseable URL>"
 
@@ -53,6 +53,13 @@ _DOTTED_QUAD = re.compile(rf"{_OCTET}(?:\.{_OCTET}){{3}}")
 _IPV6_CHARS = re.compile(r"[0-9a-f:.]+")
 _ZONE_ID = re.compile(r"[A-Za-z0-9._~\-]+")  # RFC 6874: unreserved characters
 _REDACTABLE_HOST = re.compile(r"[A-Za-z0-9._~%:\-]+")
+
+
+class ConnectOverrides(TypedDict, total=False):
+    """Keyword arguments for ``websockets`` ``connect``: where to open the TCP connection."""
+
+    host: str
+    port: int
 
 
 class InsecureURLError(ConfigError):
@@ -97,7 +104,7 @@ class CheckedURL:
         """``scheme://host:port`` for logs, the IPv6 address in brackets."""
         return f"{self.scheme}://{_host_for_url(self.host)}:{self.port}"
 
-    def connect_overrides(self) -> dict[str, str | int]:
+    def connect_overrides(self) -> ConnectOverrides:
         """Keyword arguments for ``websockets`` ``connect(url, ...)``: the host and port to hand
         ``getaddrinfo`` when the URL's own text would fail there (an IPv6 zone is written
         ``%25eth0`` in a URL and ``%eth0`` to the resolver); empty otherwise."""

@@ -35,10 +35,8 @@ from voxwire.brisvox.outputs import BadMessage, HandshakeFailed
 from voxwire.capture import CaptureError, CaptureHeader, Frame, read_capture
 from voxwire.errors import ProtocolError
 from voxwire.ovp._session import AudioIn, FrameOrder, SessionOver
-from voxwire.ovp._session import Ignored as ClientIgnored
 from voxwire.ovp.client_core import ClientCore, Rejected
-from voxwire.sansio import Close
-from voxwire.sansio import Ignored as EngineIgnored
+from voxwire.sansio import Close, Ignored
 
 __all__ = ["CAPTURE_CODE", "Finding", "Note", "Tally", "Violation", "check_capture"]
 
@@ -297,7 +295,7 @@ class _Brisvox:
                 for problem in out.problems:  # a refused tool, an unknown event type...
                     code, _, text = problem.partition(": ")
                     found.append(Violation(line, code, text))
-            elif isinstance(out, EngineIgnored) and state not in (
+            elif isinstance(out, Ignored) and state not in (
                 EngineState.OPEN,
                 EngineState.ENDING,
             ):
@@ -417,7 +415,7 @@ class _Ovp:
             elif isinstance(out, AudioIn):
                 note = self.gaps["server"].note(line, out.frame.frame_seq)
                 found += [note] if note else []
-            elif isinstance(out, ClientIgnored) and not self.failed:
+            elif isinstance(out, Ignored) and not self.failed:
                 if isinstance(data, bytes):
                     found.append(Violation(line, _FRAME, out.what))
                 elif over is not None:

@@ -30,10 +30,10 @@ import ipaddress
 import logging
 import os
 import ssl as ssl_module
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from typing import Final, Literal, TypeAlias
+from typing import Any, Final, Literal, TypeAlias, get_args
 
 import msgspec
 from msgspec import UNSET
@@ -77,6 +77,7 @@ from voxwire.brisvox.constants import (
 )
 from voxwire.brisvox.errors import ErrorCode
 from voxwire.brisvox.messages import (
+    AgentMessage,
     Command,
     CommandResult,
     ContextMessage,
@@ -97,10 +98,12 @@ from voxwire.brisvox.messages import (
 )
 from voxwire.brisvox.outputs import (
     BadMessage,
+    CommandFailed,
     EventBuffer,
     EventsDropped,
     HandshakeFailed,
 )
+from voxwire.brisvox.roles import AgentReceives, AgentSends
 from voxwire.capture import CaptureWriter, Record, Recorder, open_recorder
 from voxwire.clock import SYSTEM_CLOCK, Clock
 from voxwire.cluster import Directory, StoreUnavailable
@@ -186,15 +189,6 @@ SessionHandler: TypeAlias = Callable[["AgentSession"], Awaitable[None]]
 """Runs one call: iterates its events and sends commands."""
 
 
-class CommandFailed(VoxwireError):
-    """The server answered a command with ``ok: false`` (``code`` is the protocol's code)."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
-
-
 class CommandTimeout(CommandFailed, TimeoutError):
     """No ``command.result`` in time: the command may or may not have been applied
     (``outcome_unknown``). It is never retried; repeat a transfer only with the same id."""
@@ -269,8 +263,15 @@ class _Connection:
         """Every write goes here: one queue, one writer, the keepalive, the close."""
 
 
-class AgentSession:
+class AgentSession(AgentSends[Coroutine[Any, Any, CommandResult]], AgentReceives):
     """One call seen from the agent: its ``session.start``, its events, its commands.
+
+    Commands go out through the typed sends (``await session.send_say(text="Hello.")``, one per
+    command; the id is the session's, ``c1``, ``c2``...), the helpers below (:meth:`say`,
+    :meth:`transfer`... with a chosen ``id`` or ``timeout``), or :meth:`command` with a message
+    object: one path. A handler registered with the typed ``on()`` (``session.on("user.text",
+    handle)``) gets each message of its type as it arrives, in the reader's order (an awaitable
+    one runs as its own task); those messages are not iterated. ``session.end`` reaches both.
 
     Iterate it (``async for event in session``) for the events in the server's order; the last
     one is the server's ``SessionEnd`` or a :class:`LinkClosed`. Commands wait for their
@@ -298,6 +299,7 @@ class AgentSession:
         self._tools: dict[int, tuple[asyncio.Task[None], ToolContext]] = {}
         self._ended = False
         self._seen_seq = start.seq
+        self._handlers: dict[str, list[Callable[[Any], object]]] = {}
         self._recorder: Recorder | None = None
         self._capture: CaptureWriter | None = None
 
@@ -362,6 +364,31 @@ class AgentSession:
             self._capture = None
 
     # -- commands -------------------------------------------------------------------------------
+
+    def _send(
+        self, kind: type[AgentMessage], fields: dict[str, Any]
+    ) -> Coroutine[Any, Any, CommandResult]:
+        """The typed sends' one path: a command of ``fields``, sent by :meth:`command`."""
+        message = kind(**fields)
+        if not isinstance(message, _COMMANDS):
+            raise TypeError(f"the agent sends {kind.type} itself, not through _send")
+        return self.command(message)
+
+    def _on(self, message_type: str, handler: Callable[[Any], object]) -> None:
+        self._handlers.setdefault(message_type, []).append(handler)
+
+    def _call(self, message_type: str, message: object) -> bool:
+        """Call the handlers of ``message_type``; whether it has any."""
+        handlers = self._handlers.get(message_type)
+        for handler in handlers or ():
+            try:
+                done = handler(message)
+            except Exception:
+                log.exception("session %s: a %s handler failed", self.id, message_type)
+                continue
+            if inspect.isawaitable(done):
+                self._server._spawn(_awaited(done), f"brisvox-handler-{message_type}")
+        return bool(handlers)
 
     async def command(self, command: Command, *, timeout: float | None = None) -> CommandResult:
         """Send ``command`` (an id ``c1``, ``c2``... is added when it has none) and wait for its
@@ -720,7 +747,8 @@ class AgentServer:
             pass
         finally:
             link.timer.cancel()
-            self._link_lost(session, link, "the link closed")
+            down = link.out.down  # the writer took it down (drain timeout, silence, a fault)
+            self._link_lost(session, link, down.reason if down else "the link closed")
             if session._ended:
                 session._close_capture()
 
@@ -878,15 +906,21 @@ class AgentServer:
     ) -> None:
         for out in outputs:
             if isinstance(out, EventReceived):
-                if isinstance(out.message, SessionEnd):
-                    self._end(session, out.message)
-                else:
-                    session._deliver(out.message)
+                message = out.message
+                handled = session._call(message.type, message)
+                if isinstance(message, SessionEnd):
+                    self._end(session, message)
+                elif not handled:
+                    session._deliver(message)
             elif isinstance(out, ToolCallStarted):
+                session._call(out.call.type, out.call)
                 self._start_tool(session, link, out.call)
             elif isinstance(out, ToolCallCancelled):
+                if out.message is not None:
+                    session._call(out.message.type, out.message)
                 self._cancel_tool(session, out)
             elif isinstance(out, CommandAnswered):
+                session._call(out.result.type, out.result)
                 future = session._pending.get(out.result.id)
                 if future is not None and not future.done():
                     future.set_result(out.result)
@@ -1119,3 +1153,11 @@ def _opt(value: str | None) -> str | msgspec.UnsetType:
 
 def _opt_int(value: int | None) -> int | msgspec.UnsetType:
     return UNSET if value is None else value
+
+
+_COMMANDS: Final = get_args(Command)
+"""What the typed sends may send through ``AgentSession._send``."""
+
+
+async def _awaited(done: Awaitable[object]) -> None:
+    await done

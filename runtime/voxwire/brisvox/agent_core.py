@@ -19,7 +19,7 @@ way; an input a state does not list is refused there.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Final, TypeAlias
 
@@ -171,6 +171,8 @@ class ToolCallCancelled:
 
     call: ToolCall
     reason: ToolCancelReason
+    message: ToolCancel | None = field(default=None, compare=False)
+    """The server's tool.cancel."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -444,7 +446,7 @@ class AgentCore:
                 return [Ignored(f"tool.cancel {message.id} for no running call")]
             if call.kind is ToolKind.READ_ONLY:
                 del self._running[message.id]
-            return [ToolCallCancelled(call, message.reason)]
+            return [ToolCallCancelled(call, message.reason, message)]
         if isinstance(message, CommandResult):
             if self._pending.pop(message.id, None) is None:
                 return [Ignored(f"command.result {message.id!r} for no waiting command")]

@@ -13,7 +13,7 @@ config = load_config()                               # BRISVOX_AGENT_* and [agen
 target = config.target(route="billing")              # a route name, never a URL
 link = EngineLink(target, session_id="42", agent="luigi", ssl=config.ssl, settings=config.settings)
 if await link.start():                               # False: the call runs without the agent
-    link.send_event(brisvox.UserText(seq=0, t_ms=0, epoch=1, text="hours?"))
+    link.send_user_text(epoch=1, text="hours?")      # one typed send per event
     async for notice in link:                        # the agent's commands, link changes
         ...
 await link.end("hangup")
@@ -26,22 +26,25 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import inspect
 import logging
 import os
 import re
 import ssl as ssl_module
 import stat
 import tomllib
-from collections.abc import AsyncIterator, Awaitable, Generator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, TypeAlias
+from typing import Any, Final, TypeAlias, get_args
 
 from msgspec import UNSET
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
+from voxwire._rules import JSON_SAFE_INTEGER
 from voxwire.brisvox._logs import websockets_logger
+from voxwire.brisvox.codec import encode
 from voxwire.brisvox.constants import (
     AGENT_ALLOW_INSECURE_ENV,
     AGENT_CALLER_IDENTITY_ENV,
@@ -76,11 +79,16 @@ from voxwire.brisvox.messages import (
     Capabilities,
     ErrorEvent,
     Event,
+    ServerMessage,
     SessionAccept,
+    SessionEndReason,
+    SessionReject,
     SessionUsage,
     ToolCancelReason,
+    ToolResult,
 )
-from voxwire.brisvox.outputs import BadMessage, HandshakeFailed
+from voxwire.brisvox.outputs import BadMessage, CommandFailed, HandshakeFailed
+from voxwire.brisvox.roles import EngineReceives, EngineSends
 from voxwire.capture import Record, open_recorder
 from voxwire.clock import SYSTEM_CLOCK, Clock
 from voxwire.errors import ConfigError
@@ -436,8 +444,15 @@ class PendingTool:
         return self.future.__await__()
 
 
-class EngineLink:
+class EngineLink(EngineSends[None], EngineReceives):
     """One call's link to its agent: connects, handshakes, keeps alive and reconnects.
+
+    Events go out through the typed sends (``link.send_user_text(epoch=1, text="hours?")``, one
+    per event the engine may send; seq and t_ms are the core's), or :meth:`send_event` with a
+    message object. The agent's commands come out of the iteration (answer each with
+    :meth:`answer`), or go to a handler registered with the typed ``on()``:
+    ``link.on("say", speak)`` calls ``speak(say)`` and answers ok when it returns (or its
+    awaitable completes), with the failure when it raises :class:`CommandFailed`.
 
     Args:
         target: Where the agent is (see :meth:`AgentLinkConfig.target`).
@@ -485,6 +500,8 @@ class EngineLink:
         self._done = _Counts()
         self._notices: asyncio.Queue[LinkNotice | None] = asyncio.Queue()
         self._tools: dict[int, asyncio.Future[ToolFinished]] = {}
+        self._handlers: dict[str, list[Callable[[Any], object]]] = {}
+        self._usage: SessionUsage | None = None
         self._tick = asyncio.Event()
         self._changed = asyncio.Event()
         self._retry_at: float | None = None
@@ -566,6 +583,22 @@ class EngineLink:
             return
         self._apply(outputs)
 
+    def _send(self, kind: type[ServerMessage], fields: dict[str, Any]) -> None:
+        """The typed sends' one path: an event (or ``error``) of ``fields``, stamped when it is
+        written; ``session.usage`` is kept for :meth:`end`. Anything else the engine sends has
+        its own method (answer, call_tool, cancel_tool, end)."""
+        message = kind(seq=JSON_SAFE_INTEGER, t_ms=JSON_SAFE_INTEGER, **fields)
+        if isinstance(message, SessionUsage):  # written right before session.end, by end()
+            encode(message)  # checked now, in the caller's call
+            self._usage = message
+            return
+        if not isinstance(message, _SENDABLE):
+            raise TypeError(f"the engine sends {kind.type} through its own method, not _send")
+        self.send_event(message)
+
+    def _on(self, message_type: str, handler: Callable[[Any], object]) -> None:
+        self._handlers.setdefault(message_type, []).append(handler)
+
     def answer(self, received: CommandReceived, *, error: tuple[str, str] | None = None) -> None:
         """Answer a command the agent sent: ok, or ``(code, message)``. Raises
         ``brisvox.ProtocolError`` (nothing queued) when the answer breaks a rule."""
@@ -599,11 +632,14 @@ class EngineLink:
         """Stop waiting for a read_only call (a barge-in); advice only for a side_effect one."""
         self._apply(self.core.cancel_tool(request_id, self.clock.now(), reason))
 
-    async def end(self, reason: str = "call_ended", usage: SessionUsage | None = None) -> None:
-        """End the call: write what is queued, ``session.usage`` and ``session.end``, then close,
-        all bounded by the close timeout."""
+    async def end(
+        self, reason: str = SessionEndReason.CALL_ENDED, usage: SessionUsage | None = None
+    ) -> None:
+        """End the call: write what is queued, ``session.usage`` (``usage``, or what
+        ``send_session_usage`` gave) and ``session.end``, then close, all bounded by the close
+        timeout."""
         self._ended = True
-        self._apply(self.core.end_call(reason, self.clock.now(), usage))
+        self._apply(self.core.end_call(reason, self.clock.now(), usage or self._usage))
         link = self._link
         if link is not None and self.core.state is EngineState.ENDING:
             try:
@@ -621,7 +657,7 @@ class EngineLink:
             await asyncio.gather(runner, return_exceptions=True)
         if self._ws is not None:
             self._ws.transport.abort()
-        self._apply(self.core.end_call("call_ended", self.clock.now()))
+        self._apply(self.core.end_call(SessionEndReason.CALL_ENDED, self.clock.now()))
         self._notices.put_nowait(None)
         if self._capture is not None:
             self._capture.close()
@@ -646,7 +682,7 @@ class EngineLink:
                 self._retry_at = None
         except Exception:
             log.exception("agent %s: the link failed", self.target.url.redacted)
-            self._apply(self.core.end_call("call_ended", self.clock.now()))
+            self._apply(self.core.end_call(SessionEndReason.CALL_ENDED, self.clock.now()))
             self._notices.put_nowait(None)
         finally:
             self._changed.set()
@@ -661,6 +697,7 @@ class EngineLink:
                     url.url,
                     additional_headers=headers,
                     **tls,
+                    **url.connect_overrides(),  # an IPv6 zone, decoded for getaddrinfo
                     compression=None,
                     max_size=MAX_MESSAGE_BYTES,
                     ping_interval=None,
@@ -773,6 +810,8 @@ class EngineLink:
             elif isinstance(out, CommandReceived):
                 self._command(out)
             elif isinstance(out, ToolFinished):
+                if out.message is not None:
+                    self._call(ToolResult.type, out.message)
                 future = self._tools.pop(out.request_id, None)
                 if future is not None and not future.done():
                     future.set_result(out)
@@ -790,12 +829,15 @@ class EngineLink:
     def _notice(self, out: ToolOverdue | AgentAccepted | HandshakeFailed | LinkDown) -> None:
         where = self.target.url.redacted
         if isinstance(out, AgentAccepted):
+            self._call(SessionAccept.type, out.accept)
             if out.resumed:
                 self.reconnects += 1
             for problem in out.problems:
                 log.warning("agent %s: handshake problem: %s", where, problem)
             log.info("agent %s: %s", where, "resumed" if out.resumed else "accepted the call")
         elif isinstance(out, HandshakeFailed):
+            if out.rejected is not None:
+                self._call(SessionReject.type, out.rejected)
             log.warning("agent %s: handshake failed: %s", where, out.reason)
         elif isinstance(out, LinkDown):
             if self._ended:
@@ -818,6 +860,10 @@ class EngineLink:
             self._notices.put_nowait(None)
 
     def _command(self, received: CommandReceived) -> None:
+        handlers = self._handlers.get(received.command.type)
+        if handlers:
+            self._spawn(self._handle_command(received, handlers))
+            return
         if self._notices.qsize() >= _COMMAND_QUEUE:
             self._apply(
                 self.core.answer(
@@ -826,6 +872,36 @@ class EngineLink:
             )
             return
         self._notices.put_nowait(received)
+
+    async def _handle_command(
+        self, received: CommandReceived, handlers: list[Callable[[Any], object]]
+    ) -> None:
+        """Run the command's handlers in turn, then answer: ok, or the failure one raised."""
+        error: tuple[str, str] | None = None
+        try:
+            for handler in handlers:
+                done = handler(received.command)
+                if inspect.isawaitable(done):
+                    await done
+        except CommandFailed as exc:
+            error = (exc.code, exc.message)
+        except Exception:
+            log.exception("agent %s: the %s handler failed", self.target.url.redacted, received)
+            error = (ErrorCode.UNAVAILABLE, f"the engine failed to apply {received.command.type}")
+        self._apply(self.core.answer(received, error=error))
+
+    def _call(self, message_type: str, message: object) -> None:
+        """Call the handlers of ``message_type`` (an awaitable one runs as its own task)."""
+        for handler in self._handlers.get(message_type, ()):
+            try:
+                done = handler(message)
+            except Exception:
+                log.exception(
+                    "agent %s: a %s handler failed", self.target.url.redacted, message_type
+                )
+                continue
+            if inspect.isawaitable(done):
+                self._spawn(_awaited(done))
 
     # -- plumbing -------------------------------------------------------------------------------
 
@@ -857,3 +933,11 @@ class _Counts:
         self.pings += link.pings
         self.pongs += link.pongs
         self.lost += link.outbound.lost_total
+
+
+_SENDABLE: Final = (*get_args(Event), ErrorEvent)
+"""What the typed sends may send through ``EngineLink._send``."""
+
+
+async def _awaited(done: Awaitable[object]) -> None:
+    await done

@@ -16,9 +16,11 @@ from typing import Generic, TypeVar
 from voxwire.brisvox.constants import MAX_REFUSAL_BYTES
 from voxwire.brisvox.errors import ProtocolError
 from voxwire.brisvox.messages import SessionReject
+from voxwire.errors import VoxwireError
 
 __all__ = [
     "BadMessage",
+    "CommandFailed",
     "EventBuffer",
     "EventsDropped",
     "HandshakeFailed",
@@ -71,6 +73,19 @@ def transition_table(table: Mapping[S, Mapping[E, Transition[S, A]]]) -> str:
             actions = ", ".join(a.value for a in step.actions) or "-"
             rows.append(f"| {state.value} | {event.value} | {step.target.value} | {actions} |")
     return "\n".join(rows)
+
+
+class CommandFailed(VoxwireError):
+    """A command answered ``ok: false``; ``code`` is the protocol's code.
+
+    The agent side raises it when the engine refused a command; an engine-side handler
+    (``EngineLink.on("transfer", ...)``) raises it to refuse one.
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
 
 
 def refusal_text(error: ProtocolError) -> str:

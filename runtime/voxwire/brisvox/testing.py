@@ -33,24 +33,13 @@ from voxwire.brisvox.engine_core import (
     ToolOverdue,
 )
 from voxwire.brisvox.messages import (
-    BotLlmStarted,
-    BotLlmStopped,
-    BotText,
-    BotTtsStopped,
-    BotTtsText,
     CallIdentity,
     Capabilities,
     Command,
     Event,
     SessionAccept,
+    SessionEndReason,
     ToolDeclaration,
-    TurnBotEnded,
-    TurnBotStarted,
-    TurnInterrupted,
-    TurnUserEnded,
-    TurnUserStarted,
-    UserText,
-    UserTranscript,
 )
 from voxwire.brisvox.outputs import HandshakeFailed
 from voxwire.clock import SYSTEM_CLOCK, Clock
@@ -147,33 +136,35 @@ class AgentCall:
     # -- playing the call -----------------------------------------------------------------------
 
     def event(self, event: Event) -> None:
-        """Send one event (seq and t_ms are stamped by the link; pass 0)."""
+        """Send one event given as a message object (its seq and t_ms are the link's); the
+        helpers below, and ``call.link.send_<type>(...)``, send by fields."""
         self.link.send_event(event)
 
     def user_says(self, text: str) -> None:
         """A user turn: it starts, its final transcript, it ends, its text."""
         self.epoch += 1
-        self.event(TurnUserStarted(seq=0, t_ms=0, epoch=self.epoch))
-        self.event(UserTranscript(seq=0, t_ms=0, text=text, final=True))
-        self.event(TurnUserEnded(seq=0, t_ms=0, epoch=self.epoch))
-        self.event(UserText(seq=0, t_ms=0, epoch=self.epoch, text=text))
+        link, epoch = self.link, self.epoch
+        link.send_turn_user_started(epoch=epoch)
+        link.send_user_transcript(text=text, final=True)
+        link.send_turn_user_ended(epoch=epoch)
+        link.send_user_text(epoch=epoch, text=text)
 
     def bot_says(self, text: str) -> None:
         """A whole bot response in the current epoch."""
-        epoch = self.epoch
-        self.event(BotLlmStarted(seq=0, t_ms=0, epoch=epoch))
-        self.event(BotText(seq=0, t_ms=0, epoch=epoch, text=text))
-        self.event(BotLlmStopped(seq=0, t_ms=0, epoch=epoch))
-        self.event(BotTtsText(seq=0, t_ms=0, epoch=epoch, text=text))
-        self.event(BotTtsStopped(seq=0, t_ms=0, epoch=epoch))
-        self.event(TurnBotStarted(seq=0, t_ms=0, epoch=epoch))
-        self.event(TurnBotEnded(seq=0, t_ms=0, epoch=epoch))
+        link, epoch = self.link, self.epoch
+        link.send_bot_llm_started(epoch=epoch)
+        link.send_bot_text(epoch=epoch, text=text)
+        link.send_bot_llm_stopped(epoch=epoch)
+        link.send_bot_tts_text(epoch=epoch, text=text)
+        link.send_bot_tts_stopped(epoch=epoch)
+        link.send_turn_bot_started(epoch=epoch)
+        link.send_turn_bot_ended(epoch=epoch)
 
     def barge_in(self) -> None:
         """The caller talks over the bot: a new epoch, interrupted, and a user turn starts."""
         self.epoch += 1
-        self.event(TurnInterrupted(seq=0, t_ms=0, epoch=self.epoch))
-        self.event(TurnUserStarted(seq=0, t_ms=0, epoch=self.epoch))
+        self.link.send_turn_interrupted(epoch=self.epoch)
+        self.link.send_turn_user_started(epoch=self.epoch)
 
     def start_tool(self, name: str, **arguments: Any) -> PendingTool:
         """Call a tool the agent declared; await the result or cancel it."""
@@ -203,7 +194,7 @@ class AgentCall:
             raise AssertionError(f"expected a {kind.type}, the agent sent {command!r}")
         return command
 
-    async def hang_up(self, reason: str = "hangup") -> None:
+    async def hang_up(self, reason: str = SessionEndReason.HANGUP) -> None:
         """End the call: ``session.end`` after what is queued, then close."""
         await self.link.end(reason)
 

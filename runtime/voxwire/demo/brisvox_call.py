@@ -30,11 +30,11 @@ HANDSHAKE = "connect to session.accept"
 """What the handshake time of the summary spans."""
 
 ROUND_TRIPS = (
-    RoundTrip("tool.call", "tool.result", "id", "id"),
-    RoundTrip("turn.bot_ended", "say", "seq", "re"),
-    RoundTrip("say", "command.result", "id", "id"),
-    RoundTrip("user.text", "end", "seq", "re"),
-    RoundTrip("end", "command.result", "id", "id"),
+    RoundTrip(brisvox.ToolCall.type, brisvox.ToolResult.type, "id", "id"),
+    RoundTrip(brisvox.TurnBotEnded.type, brisvox.Say.type, "seq", "re"),
+    RoundTrip(brisvox.Say.type, brisvox.CommandResult.type, "id", "id"),
+    RoundTrip(brisvox.UserText.type, brisvox.End.type, "seq", "re"),
+    RoundTrip(brisvox.End.type, brisvox.CommandResult.type, "id", "id"),
 )
 """What the summary measures: tool calls, the agent's reactions to events, command results."""
 
@@ -63,14 +63,11 @@ async def _call(link: EngineLink, timeline: Timeline) -> float:
     handshake = time.perf_counter() - began
 
     timeline.step("a user turn")
-    await _send(
-        link,
-        timeline,
-        brisvox.TurnUserStarted(seq=0, t_ms=0, epoch=1),
-        brisvox.UserTranscript(seq=0, t_ms=0, text="Are you open on Sunday?", final=True),
-        brisvox.TurnUserEnded(seq=0, t_ms=0, epoch=1),
-        brisvox.UserText(seq=0, t_ms=0, epoch=1, text="Are you open on Sunday? Two at 7 pm."),
-    )
+    link.send_turn_user_started(epoch=1)
+    link.send_user_transcript(text="Are you open on Sunday?", final=True)
+    link.send_turn_user_ended(epoch=1)
+    link.send_user_text(epoch=1, text="Are you open on Sunday? Two at 7 pm.")
+    await _written(timeline, brisvox.UserText)
     timeline.step("read_only tool call")
     await _tool(link, "check_hours", {"day": "sunday"}, "llm-call-1")
     timeline.step("side_effect tool call")
@@ -78,48 +75,37 @@ async def _call(link: EngineLink, timeline: Timeline) -> float:
 
     timeline.step("the bot answers, the agent adds a say")
     answer = "We're open until ten. You're booked for two on Sunday at 7 pm."
-    await _send(
-        link,
-        timeline,
-        brisvox.BotLlmStarted(seq=0, t_ms=0, epoch=1),
-        brisvox.BotText(seq=0, t_ms=0, epoch=1, text=answer),
-        brisvox.BotLlmStopped(seq=0, t_ms=0, epoch=1),
-        brisvox.TurnBotStarted(seq=0, t_ms=0, epoch=1),
-        brisvox.TurnBotEnded(seq=0, t_ms=0, epoch=1),
-    )
+    link.send_bot_llm_started(epoch=1)
+    link.send_bot_text(epoch=1, text=answer)
+    link.send_bot_llm_stopped(epoch=1)
+    link.send_turn_bot_started(epoch=1)
+    link.send_turn_bot_ended(epoch=1)
+    await _written(timeline, brisvox.TurnBotEnded)
     say = await _command(link, timeline, brisvox.Say)
 
     timeline.step("barge-in: the caller talks over the say")
-    await _send(
-        link,
-        timeline,
-        brisvox.BotLlmStarted(seq=0, t_ms=0, epoch=2),  # the say is the bot turn of epoch 2
-        brisvox.BotText(seq=0, t_ms=0, epoch=2, text=say.text),
-        brisvox.TurnBotStarted(seq=0, t_ms=0, epoch=2),
-        brisvox.TurnInterrupted(seq=0, t_ms=0, epoch=3),
-        brisvox.TurnUserStarted(seq=0, t_ms=0, epoch=3),
-    )
+    link.send_bot_llm_started(epoch=2)  # the say is the bot turn of epoch 2
+    link.send_bot_text(epoch=2, text=say.text)
+    link.send_turn_bot_started(epoch=2)
+    link.send_turn_interrupted(epoch=3)
+    link.send_turn_user_started(epoch=3)
+    await _written(timeline, brisvox.TurnUserStarted)
 
-    timeline.step("end")
-    await _send(
-        link,
-        timeline,
-        brisvox.UserTranscript(seq=0, t_ms=0, text="Got it, that's all.", final=True),
-        brisvox.TurnUserEnded(seq=0, t_ms=0, epoch=3),
-        brisvox.UserText(seq=0, t_ms=0, epoch=3, text="Got it, that's all, thanks."),
-    )
+    timeline.step("the agent ends the call")
+    link.send_user_transcript(text="Got it, that's all.", final=True)
+    link.send_turn_user_ended(epoch=3)
+    link.send_user_text(epoch=3, text="Got it, that's all, thanks.")
+    await _written(timeline, brisvox.UserText)
     await _command(link, timeline, brisvox.End)
-    usage = brisvox.SessionUsage(seq=0, t_ms=0, duration_ms=48200, turns=3, interrupted_turns=1)
-    await link.end("ended_by_agent", usage)
+    link.send_session_usage(duration_ms=48200, turns=3, interrupted_turns=1)
+    await link.end(brisvox.SessionEndReason.ENDED_BY_AGENT)
     return handshake
 
 
-async def _send(link: EngineLink, timeline: Timeline, *events: Event) -> None:
-    """Queue ``events`` and wait until the last one is written (a tool call would overtake
-    them: control messages are written before queued events)."""
-    for event in events:
-        link.send_event(event)
-    await timeline.recorded(events[-1].type)
+async def _written(timeline: Timeline, last: type[Event]) -> None:
+    """Wait until the last event sent, a ``last``, is written (a tool call would overtake the
+    events: control messages are written before queued events)."""
+    await timeline.recorded(last.type)
 
 
 async def _tool(link: EngineLink, name: str, arguments: dict[str, Any], call_id: str) -> None:
@@ -137,5 +123,5 @@ async def _command(link: EngineLink, timeline: Timeline, kind: type[C]) -> C:
     if not isinstance(command, kind):
         raise DemoFailed(f"expected a {kind.type}, the agent sent a {command.type}")
     link.answer(notice)
-    await timeline.recorded("command.result")
+    await timeline.recorded(brisvox.CommandResult.type)
     return command

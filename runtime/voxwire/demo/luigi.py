@@ -110,8 +110,9 @@ class Luigi:
                 for key, reference in self.bookings.get(session.id, {}).items():
                     if key not in announced:
                         announced.add(key)
-                        await session.say(f"Your booking reference is {reference}.", re=event.seq)
+                        text = f"Your booking reference is {reference}."
+                        await session.send_say(text=text, re=event.seq)
             elif isinstance(event, brisvox.TurnInterrupted):
                 self.barge_ins += 1  # the engine already cut the bot; nothing to send
             elif isinstance(event, brisvox.UserText) and "that's all" in event.text.lower():
-                await session.end("Thanks for calling Luigi's. Goodbye!", re=event.seq)
+                await session.send_end(say="Thanks for calling Luigi's. Goodbye!", re=event.seq)

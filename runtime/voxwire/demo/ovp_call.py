@@ -35,10 +35,10 @@ HANDSHAKE = "connect to session.start"
 """What the handshake time of the summary spans."""
 
 ROUND_TRIPS = (
-    RoundTrip("agent.tool.invoke", "agent.tool.result", "tool_call_id", "tool_call_id"),
-    RoundTrip("agent.handoff_requested", "agent.handoff_accepted"),
-    RoundTrip("supervisor.takeover", "audio.flush"),
-    RoundTrip("agent.handoff_completed", "session.end"),
+    RoundTrip(ovp.AgentToolInvoke.type, ovp.AgentToolResult.type, "tool_call_id", "tool_call_id"),
+    RoundTrip(ovp.AgentHandoffRequested.type, ovp.AgentHandoffAccepted.type),
+    RoundTrip(ovp.SupervisorTakeover.type, ovp.AudioFlush.type),
+    RoundTrip(ovp.AgentHandoffCompleted.type, ovp.SessionEnd.type),
 )
 """What the summary measures: the tool call, and the handoff's event round trips."""
 
@@ -98,7 +98,7 @@ class GatewayEmulation:
                     await scenes.pop(0)(session, heard, item.frame_seq)
                     heard = 0
             elif isinstance(item, ovp.SupervisorTakeover):
-                session.send(ovp.AudioFlush, cause=ovp.FlushCause.TAKEOVER)
+                session.send_audio_flush(cause=ovp.FlushCause.TAKEOVER)
             elif isinstance(item, ovp.AgentHandoffCompleted):
                 # Audio goes on, the agent's TTS muted; the AI still transcribes as an observer.
                 await self.speak(session, tone(0, 10), silence=True)
@@ -114,26 +114,22 @@ class GatewayEmulation:
         """Worked example: simple Q&A call (the call goes on instead of hanging up)."""
         self.ingress(session, frames, last)
         for partial in ("What time", "What time do you close"):
-            session.send(
-                ovp.TranscriptPartial,
+            session.send_transcript_partial(
                 utterance_id="utt_1",
                 speaker=ovp.Speaker.CALLER,
                 text=partial,
             )
         self.final(session, "utt_1", "What time do you close on Sundays?")
         for delta in ("We", " close", " at", " 6pm"):
-            session.send(ovp.AgentThinking, turn_id="turn_1", delta=delta)
-        session.send(
-            ovp.AgentOutput, turn_id="turn_1", text="We close at 6pm on Sundays.", final=True
-        )
+            session.send_agent_thinking(turn_id="turn_1", delta=delta)
+        session.send_agent_output(turn_id="turn_1", text="We close at 6pm on Sundays.", final=True)
         await self.speak(session, tone(220, 20))
-        session.send(ovp.AudioEgress, utterance_id="utt_a", bytes_sent=12800, final=False)
+        session.send_audio_egress(utterance_id="utt_a", bytes_sent=12800, final=False)
         await self.speak(session, tone(220, 30), last=True)
-        session.send(
-            ovp.AudioEgress, utterance_id="utt_a", turn_id="turn_1", bytes_sent=32000, final=True
+        session.send_audio_egress(
+            utterance_id="utt_a", turn_id="turn_1", bytes_sent=32000, final=True
         )
-        session.send(
-            ovp.AgentLatencyBreakdown,
+        session.send_agent_latency_breakdown(
             turn_id="turn_1",
             stt_first_token_ms=89,
             stt_final_ms=240,
@@ -142,24 +138,23 @@ class GatewayEmulation:
             tts_first_byte_ms=132,
             total_turn_ms=1452,
         )
-        session.send(
-            ovp.CallQualityUpdate, packet_loss_pct=0.2, jitter_ms=4.5, rtt_ms=38.0, mos=4.3
+        # The 5 s reports are the core's: the application gives their values.
+        session.set_quality(packet_loss_pct=0.2, jitter_ms=4.5, rtt_ms=38.0, mos=4.3)
+        session.set_cost(
+            ovp.CostBreakdown(
+                llm_usd_micros=1200,
+                stt_usd_micros=300,
+                tts_usd_micros=450,
+                voice_termination_usd_micros=700,
+            )
         )
-        cost = ovp.CostBreakdown(
-            llm_usd_micros=1200,
-            stt_usd_micros=300,
-            tts_usd_micros=450,
-            voice_termination_usd_micros=700,
-        )
-        session.send(ovp.AgentCostTick, total_cost_usd_micros=2650, breakdown=cost)
 
     async def tool_call(self, session: GatewaySession, frames: int, last: int) -> None:
         """Worked example: tool call mid-conversation."""
         self.ingress(session, frames, last)
         self.final(session, "utt_2", "Where's my order 12345?")
-        session.send(ovp.AgentThinking, turn_id="turn_2", delta="Let me check")
-        session.send(
-            ovp.AgentToolInvoke,
+        session.send_agent_thinking(turn_id="turn_2", delta="Let me check")
+        session.send_agent_tool_invoke(
             turn_id="turn_2",
             tool_call_id="tc_1",
             name="lookup_order",
@@ -169,28 +164,26 @@ class GatewayEmulation:
         await self.speak(session, tone(330, 10, volume=1500))  # filler audio while the tool runs
         result = {"status": "shipped", "carrier": "UPS", "tracking": "1Z999AA10123456784"}
         duration = round((self.clock.now() - began) * 1000)
-        session.send(
-            ovp.AgentToolResult,
+        session.send_agent_tool_result(
             turn_id="turn_2",
             tool_call_id="tc_1",
             result=result,
             duration_ms=duration,
         )
         for delta in ("Your", " order"):
-            session.send(ovp.AgentThinking, turn_id="turn_2", delta=delta)
+            session.send_agent_thinking(turn_id="turn_2", delta=delta)
         text = "Your order shipped yesterday via UPS, tracking 1Z999AA10123456784."
-        session.send(ovp.AgentOutput, turn_id="turn_2", text=text, final=True)
+        session.send_agent_output(turn_id="turn_2", text=text, final=True)
         await self.speak(session, tone(220, 25), last=True)
-        session.send(
-            ovp.AudioEgress, utterance_id="utt_b", turn_id="turn_2", bytes_sent=16000, final=True
+        session.send_audio_egress(
+            utterance_id="utt_b", turn_id="turn_2", bytes_sent=16000, final=True
         )
 
     async def handoff(self, session: GatewaySession, frames: int, last: int) -> None:
         """Worked example: human handoff (the client's contact centre does the rest)."""
         self.ingress(session, frames, last)
         self.final(session, "utt_3", "I want to talk to a person")
-        session.send(
-            ovp.AgentHandoffRequested,
+        session.send_agent_handoff_requested(
             reason=ovp.HandoffReason.CALLER_REQUESTED,
             caller_summary="Order 12345 shipped yesterday; the caller asks for a person.",
             sentiment=ovp.Sentiment.FRUSTRATED,
@@ -212,8 +205,7 @@ class GatewayEmulation:
     @staticmethod
     def ingress(session: GatewaySession, frames: int, last: int) -> None:
         """Acknowledge the caller's utterance: ``frames`` frames, the last ``last``."""
-        session.send(
-            ovp.AudioIngress,
+        session.send_audio_ingress(
             window_ms=frames * ovp.FRAME_MS,
             frames=frames,
             last_frame_seq=last,
@@ -232,8 +224,7 @@ class GatewayEmulation:
             ovp.Word(word=word, start_ms=250 * i, end_ms=250 * i + 220, confidence=0.95)
             for i, word in enumerate(text.split())
         ]
-        session.send(
-            ovp.TranscriptFinal,
+        session.send_transcript_final(
             utterance_id=utterance,
             speaker=speaker,
             language="en-US",
@@ -280,13 +271,11 @@ async def _call(client: OVPClient, timeline: Timeline) -> float:
     await client.stream_audio(tone(523, 25))
     async for event in client:  # until session.end
         if isinstance(event, ovp.AgentHandoffRequested):  # the contact centre routes the call
-            await client.send(
-                ovp.AgentHandoffAccepted, operator_user_id=OPERATOR, queue_wait_ms=4200
-            )
-            await client.send(ovp.SupervisorTakeover, operator_user_id=OPERATOR, resumable=False)
+            await client.send_agent_handoff_accepted(operator_user_id=OPERATOR, queue_wait_ms=4200)
+            await client.send_supervisor_takeover(operator_user_id=OPERATOR, resumable=False)
         elif isinstance(event, ovp.AudioFlush):
-            await client.send(
-                ovp.AgentHandoffCompleted, operator_user_id=OPERATOR, agent_remains_observer=True
+            await client.send_agent_handoff_completed(
+                operator_user_id=OPERATOR, agent_remains_observer=True
             )
     return handshake
 

@@ -1,19 +1,30 @@
-"""One timer for every paced audio sender on a clock, instead of one sleep per sender per frame.
+"""One timer task for every paced audio sender on a clock, instead of a sleep per sender.
 
-Real-time audio goes out one frame per period (20 ms). With a sleep per sender, 300 calls wake
-the loop 15,000 times a second; a :class:`Pacer` wakes it 50 times and every sender waiting on
-it goes on in that wakeup. Ticks sit on a fixed grid (``origin + k * period``), so no sender
-drifts; :meth:`Pacer.tick` returns the tick's number so that a sender that missed ticks (a busy
-loop) sends what it owes and stays in real time.
+Real-time audio goes out one frame per period (20 ms). With a task per sender, 300 calls resume
+300 tasks every tick; a :class:`Pacer` resumes one task, which calls every registered sender in
+turn (a plain function: it queues its frames on its link, which writes them when the loop turn
+ends). Ticks sit on a fixed grid (``origin + k * period``), so nobody drifts, and each sender is
+told how many frames are due since its last call, so one that joined late or a tick the loop
+missed is made up at once.
 
-```text
-pacer = Pacer(ovp.FRAME_MS / 1000, clock)         # one per loop, shared by every call
-sent = await pacer.tick()                         # the first tick
-while frames:
-    due = await pacer.tick()
-    for _ in range(due - sent):                   # one frame per tick, missed ones too
-        send(frames.popleft())
-    sent = due
+```python
+import asyncio
+
+from voxwire.link import Pacer
+
+async def main() -> None:
+    pacer = Pacer(0.02)
+    sent: list[int] = []
+
+    def send(due: int) -> bool:                 # one frame per tick due; False: done
+        sent.extend([1] * due)
+        return len(sent) < 5
+
+    pacer.add(send)
+    await pacer.idle()                          # every sender is done
+    assert len(sent) == 5
+
+asyncio.run(main())
 ```
 """
 
@@ -21,17 +32,22 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Callable
 
 from voxwire.clock import SYSTEM_CLOCK, Clock
 
-__all__ = ["Pacer"]
+__all__ = ["Pacer", "Sender"]
+
+Sender = Callable[[int], bool]
+"""Called at each tick with the number of frames due since its last call (1 unless ticks were
+missed); returns False to leave the pacer."""
 
 
 class Pacer:
-    """Ticks every ``period`` clock seconds while someone waits; shared by any number of senders.
+    """Ticks every ``period`` clock seconds while it has senders, calling each of them.
 
-    The timer task runs only while a sender waits on :meth:`tick`, and stops by itself after a
-    tick nobody waited for.
+    The timer task runs only while a sender is registered. A sender that raises is removed and
+    its exception is re-raised by :meth:`idle`.
     """
 
     def __init__(self, period: float, clock: Clock = SYSTEM_CLOCK) -> None:
@@ -42,31 +58,51 @@ class Pacer:
         self.origin = clock.now()
         self.wakeups = 0
         """Ticks fired so far (one loop wakeup each, whatever the number of senders)."""
-        self._fired = -1  # the number of the last tick fired
-        self._next: asyncio.Future[int] | None = None
+        self._senders: dict[Sender, int] = {}  # sender -> the tick it was last called for
+        self._fired = -1
         self._task: asyncio.Task[None] | None = None
+        self._failure: BaseException | None = None
 
     def index(self, now: float) -> int:
         """The number of the last tick at or before ``now``."""
         return math.floor((now - self.origin) / self.period)
 
-    async def tick(self) -> int:
-        """Wait for the next tick and return its number."""
-        if self._next is None or self._next.done():
-            self._next = asyncio.get_running_loop().create_future()
+    def add(self, sender: Sender) -> None:
+        """Call ``sender`` from the next tick on, until it returns False or is removed."""
+        self._senders.setdefault(sender, max(self._fired, self.index(self.clock.now())))
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run(), name="pacer")
-        return await asyncio.shield(self._next)
+
+    def remove(self, sender: Sender) -> None:
+        """Stop calling ``sender`` (nothing if it is not registered)."""
+        self._senders.pop(sender, None)
+
+    def __contains__(self, sender: Sender) -> bool:
+        return sender in self._senders
+
+    async def idle(self) -> None:
+        """Wait until no sender is left; re-raise the first exception a sender raised."""
+        if self._task is not None:
+            await asyncio.shield(self._task)
+        if self._failure is not None:
+            failure, self._failure = self._failure, None
+            raise failure
 
     async def _run(self) -> None:
-        clock = self.clock
-        while True:
+        clock, senders = self.clock, self._senders
+        while senders:
             due = max(self._fired, self.index(clock.now())) + 1
             await clock.sleep(self.origin + due * self.period - clock.now())
-            future, self._next = self._next, None
-            if future is None:
-                return  # a tick nobody waited for: stop until a sender comes back
-            self.wakeups += 1
             self._fired = max(due, self.index(clock.now()))  # a timer may fire a little early
-            if not future.done():
-                future.set_result(self._fired)
+            self.wakeups += 1
+            for sender, last in list(senders.items()):
+                if sender not in senders:
+                    continue  # removed by an earlier sender of this tick
+                senders[sender] = self._fired
+                try:
+                    keep = sender(self._fired - last)
+                except Exception as exc:
+                    keep = False
+                    self._failure = self._failure or exc
+                if not keep:
+                    senders.pop(sender, None)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, TypeVar
 
+from voxwire.errors import VoxwireError
 from voxwire.ovp import (
     CHANNELS,
     FRAME_MS,
@@ -39,7 +40,6 @@ __all__ = [
     "AudioIn",
     "FrameOrder",
     "FrameWriter",
-    "Ignored",
     "Sent",
     "SessionOver",
     "SessionStateError",
@@ -66,7 +66,7 @@ _SESSION_ID: Final = re.compile(SESSION_ID_PATH_PATTERN)
 _HALF_FRAME_SEQ: Final = FRAME_SEQ_MODULUS // 2
 
 
-class SessionStateError(RuntimeError):
+class SessionStateError(VoxwireError, RuntimeError):
     """A call the session's state does not allow (sending before the start or after the end)."""
 
 
@@ -82,13 +82,6 @@ class AudioIn:
     """An audio frame from the peer that passed the header and frame_seq checks."""
 
     frame: AudioFrame
-
-
-@dataclass(frozen=True, slots=True)
-class Ignored:
-    """Input the protocol says to drop without an answer (logged at DEBUG and counted)."""
-
-    what: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,14 +115,14 @@ def check_session_id(session_id: str) -> str:
 class Stamper:
     """Stamps and encodes one side's events: seq +1 from 0, ts, session_id."""
 
-    def __init__(self, session_id: str, epoch: float, allowed: frozenset[type]) -> None:
+    def __init__(self, session_id: str, epoch: float, allowed: frozenset[str]) -> None:
         self.session_id = session_id
         self.epoch = epoch
         self.next_seq = 0
         self._allowed = allowed
 
     def build(self, kind: type[M], fields: Mapping[str, Any], now: float) -> tuple[M, bytes]:
-        if kind not in self._allowed:
+        if kind.type not in self._allowed:
             raise TypeError(f"{kind.__name__} is not an event this side sends")
         if self.next_seq > MAX_SEQ:
             raise SessionStateError(f"seq would pass {MAX_SEQ}: the session cannot send more")

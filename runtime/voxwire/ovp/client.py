@@ -10,7 +10,7 @@ client = OVPClient("wss://voice.example.com", session_id, token)
 client.on("transcript.final", lambda event: print(event.text))
 start = await client.connect()                    # session.start
 await client.stream_audio(pcm)                    # paced at 20 ms a frame
-await client.send(ovp.AgentInput, source=ovp.InputSource.DEVELOPER_INJECT, text="Hi")
+await client.send_agent_input(source=ovp.InputSource.DEVELOPER_INJECT, text="Hi")
 end = await client.run()                          # handlers until session.end
 ```
 
@@ -32,10 +32,10 @@ import inspect
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from functools import partial
 from http import HTTPStatus
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 from urllib.parse import quote
 
 from websockets.asyncio.client import ClientConnection, connect
@@ -50,8 +50,10 @@ from websockets.exceptions import (
 )
 from websockets.typing import Subprotocol
 
+from voxwire import errors
 from voxwire.capture import Record, open_recorder
 from voxwire.clock import SYSTEM_CLOCK, Clock
+from voxwire.errors import VoxwireError
 from voxwire.hosts import check_url
 from voxwire.link import Link, Put
 from voxwire.ovp import (
@@ -68,15 +70,14 @@ from voxwire.ovp import (
     TOKEN_QUERY_PARAMETER,
     WRITE_TIMEOUT_MS,
     AudioFrame,
+    ClientMessage,
     ErrorCode,
-    Message,
     ServerMessage,
     SessionEnd,
     SessionStart,
 )
 from voxwire.ovp._session import (
     AudioIn,
-    Ignored,
     Sent,
     SessionOver,
     SessionStateError,
@@ -90,8 +91,9 @@ from voxwire.ovp.client_core import (
     Rejected,
     ServerEvent,
 )
+from voxwire.ovp.roles import ClientReceives, ClientSends
 from voxwire.redaction import install_redaction, redact
-from voxwire.sansio import Close, SendBinary, SendText
+from voxwire.sansio import Close, Ignored, SendBinary, SendText
 
 __all__ = [
     "VERIFIED_WEBSOCKETS",
@@ -102,7 +104,6 @@ __all__ = [
     "TokenSource",
 ]
 
-M = TypeVar("M", bound=Message)
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +125,7 @@ _RECONNECT_MAX_S: Final = RECONNECT_BACKOFF_MAX_MS / 1000
 _PASSING_STATUS: Final = frozenset({HTTPStatus.REQUEST_TIMEOUT, HTTPStatus.TOO_MANY_REQUESTS})
 
 
-class HandshakeError(Exception):
+class HandshakeError(errors.HandshakeError):
     """The gateway refused or botched the WebSocket upgrade; the text never holds the token.
 
     Attributes:
@@ -140,7 +141,7 @@ class HandshakeError(Exception):
         self.code = code
 
 
-class SessionFailed(Exception):
+class SessionFailed(VoxwireError):
     """The session ended without ``session.end``: refused, expired, or broken.
 
     Attributes:
@@ -177,8 +178,14 @@ class _Connection(ClientConnection):
         super().__init__(ovp_protocol, **kwargs)
 
 
-class OVPClient:
+class OVPClient(ClientSends[Coroutine[Any, Any, ClientMessage]], ClientReceives):
     """An OVP client for one session.
+
+    It sends with one typed method per client event (``await client.send_agent_input(...)``,
+    ``send_dtmf_send``, ...: keyword arguments, the event's own fields) and takes a handler per
+    server event type (``client.on("transcript.final", handler)``, the handler called with a
+    :class:`~voxwire.ovp.TranscriptFinal`; a type the gateway does not send raises
+    ``ValueError`` at once).
 
     Args:
         base_url: ``wss://host[:port]`` of the gateway (``ws://`` only to a loopback or private
@@ -343,13 +350,13 @@ class OVPClient:
 
     # ------------------------------------------------------------------ events
 
-    def on(self, event_type: str, handler: EventHandler) -> None:
-        """Call ``handler`` with every server event of ``event_type`` (``"*"``: every event).
+    def _on(self, message_type: str, handler: EventHandler) -> None:
+        """Register ``handler`` for ``message_type`` (:meth:`on` checked it: a server event).
 
         Handlers run in order as the events are consumed, by :meth:`run` or by iterating the
         client.
         """
-        self._handlers.setdefault(event_type, []).append(handler)
+        self._handlers.setdefault(message_type, []).append(handler)
 
     def __aiter__(self) -> OVPClient:
         return self
@@ -366,7 +373,7 @@ class OVPClient:
             if over is not None and over.end is None and not self._hung_up:
                 raise self._failure() from None
             raise
-        for handler in (*self._handlers.get(message.type, ()), *self._handlers.get("*", ())):
+        for handler in self._handlers.get(message.type, ()):
             result = handler(message)
             if inspect.isawaitable(result):
                 await result
@@ -390,8 +397,9 @@ class OVPClient:
             except StopAsyncIteration:
                 return
 
-    async def send(self, kind: type[M], /, **fields: Any) -> M:
-        """Send one client event built from ``fields``; seq, ts and session_id are stamped here.
+    async def _send(self, kind: type[ClientMessage], fields: dict[str, Any]) -> ClientMessage:
+        """The one send path of every typed ``send_*`` method: one client event of ``fields``;
+        seq, ts and session_id are stamped here.
 
         Waits while a dropped link is being resumed, and while the link's queue is full. Raises
         :class:`SessionFailed` once the session is over, ``TypeError`` for a wrong type or field,

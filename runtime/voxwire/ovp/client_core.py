@@ -20,15 +20,15 @@ through it.
 
 from __future__ import annotations
 
-import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Final, TypeAlias
 
 from voxwire.ovp import (
+    CLIENT_MESSAGE_TYPES,
+    CLOSE_AFTER,
     MAX_SEQ,
-    ClientMessage,
     CloseCode,
     ErrorCode,
     ErrorEvent,
@@ -48,14 +48,13 @@ from voxwire.ovp._session import (
     AudioIn,
     FrameOrder,
     FrameWriter,
-    Ignored,
     Sent,
     SessionOver,
     SessionStateError,
     Stamper,
     describe,
 )
-from voxwire.sansio import Close, SendBinary, SendText
+from voxwire.sansio import Close, Ignored, SendBinary, SendText
 
 __all__ = [
     "CLIENT_TRANSITIONS",
@@ -67,10 +66,6 @@ __all__ = [
     "Rejected",
     "ServerEvent",
 ]
-
-_CLIENT_TYPES: Final = frozenset(typing.get_args(ClientMessage))
-# Unrecoverable codes the gateway closes on at once, without session.end.
-_CLOSING_CODES: Final = frozenset({ErrorCode.OVP_AUTH_FAILED, ErrorCode.OVP_RESUME_EXPIRED})
 
 
 class ClientState(Enum):
@@ -94,10 +89,10 @@ class ClientInput(Enum):
     """What moves the client's session from one state to another."""
 
     CONNECT = "a connection opened"
-    START = "session.start"
+    START = "the session started"
     FATAL_ERROR = "an unrecoverable error, session.end to follow"
-    END = "session.end"
-    REFUSED = "OVP_AUTH_FAILED or OVP_RESUME_EXPIRED"
+    END = "the session ended"
+    REFUSED = "refused: an error the gateway closes after (authentication, resume)"
     BROKEN = "the gateway broke the protocol or lost the session"
     LINK_LOST = "the link dropped"
     HANG_UP = "the application closed"
@@ -193,7 +188,7 @@ class ClientCore:
         self.session_start: SessionStart | None = None
         self.last_server_seq: int | None = None
         self.over: SessionOver | None = None
-        self._stamper = Stamper(session_id, epoch, _CLIENT_TYPES)
+        self._stamper = Stamper(session_id, epoch, CLIENT_MESSAGE_TYPES)
         self._frames_out = FrameWriter(FrameDirection.CLIENT_TO_SERVER)
         self._frames_in = FrameOrder()
         self._fatal: ErrorEvent | None = None
@@ -400,7 +395,7 @@ class ClientCore:
     def _on_error(self, error: ErrorEvent) -> list[ClientOutput]:
         if error.recoverable:
             return []
-        if error.code in _CLOSING_CODES or self.state is ClientState.STARTING:
+        if error.code in CLOSE_AFTER or self.state is ClientState.STARTING:
             self._go(ClientInput.REFUSED)  # the gateway closes; no session.end
             return [self._over(error.code, error.message)]
         if self.state is ClientState.LIVE:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import json
 import logging
 import math
@@ -46,6 +47,7 @@ from voxwire.capture import Record, open_recorder
 from voxwire.clock import SYSTEM_CLOCK, Clock
 from voxwire.cluster import Directory, StoreUnavailable
 from voxwire.cluster.relay import RelayFailed, carry, open_relay
+from voxwire.errors import ConfigError, VoxwireError
 from voxwire.link import Link, Put
 from voxwire.ovp import (
     ENDPOINT_PATH,
@@ -66,7 +68,9 @@ from voxwire.ovp import (
     ClientMessage,
     CostBreakdown,
     ErrorCode,
+    ErrorEvent,
     Message,
+    ServerMessage,
     SessionEnd,
     SessionEndReason,
     SessionPatch,
@@ -74,7 +78,6 @@ from voxwire.ovp import (
 )
 from voxwire.ovp._session import (
     AudioIn,
-    Ignored,
     Sent,
     SessionOver,
     SessionStateError,
@@ -91,7 +94,9 @@ from voxwire.ovp.gateway_core import (
     ToLink,
     refuse_token,
 )
+from voxwire.ovp.roles import GatewayReceives, GatewaySends
 from voxwire.redaction import install_redaction
+from voxwire.sansio import Ignored
 
 __all__ = [
     "Gateway",
@@ -125,11 +130,11 @@ _OWNERSHIP_S: Final = 24 * 3600.0
 dead process's entries are no owner at once; this only bounds what a crash leaves in Redis."""
 
 
-class GatewayConfigError(ValueError):
+class GatewayConfigError(ConfigError):
     """A gateway configuration that must not start (a secret shorter than 32 bytes)."""
 
 
-class TokenRejected(ValueError):
+class TokenRejected(VoxwireError, ValueError):
     """A token the gateway refuses; the text says why and never holds the token."""
 
 
@@ -243,13 +248,16 @@ def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
-class GatewaySession:
+class GatewaySession(GatewaySends[ServerMessage], GatewayReceives):
     """One session as the gateway's application sees it, across the client's reconnects.
 
     Iterate it for the client's events (:class:`~voxwire.ovp.ClientMessage`) and audio
     (:class:`~voxwire.ovp.AudioFrame`, its PCM a zero-copy view) in arrival order; the iteration
-    ends when the session is over. The sending methods never wait: what they write is queued on
-    the current connection, and kept for replay while there is none.
+    ends when the session is over, and runs the handlers of :meth:`on` for each event first.
+    It sends with one typed method per server event (``session.send_agent_output(turn_id=...,
+    text=..., final=True)``: keyword arguments, the event's own fields), each returning the
+    stamped event. The sending methods never wait: what they write is queued on the current
+    connection, and kept for replay while there is none.
     """
 
     def __init__(self, gateway: Gateway, claims: TokenClaims) -> None:
@@ -265,6 +273,7 @@ class GatewaySession:
         )
         self._links: dict[int, Link] = {}
         self._inbox: Inbox[ClientMessage | AudioFrame] = Inbox(gateway.max_events)
+        self._handlers: dict[str, list[Callable[[Any], object]]] = {}
         self._wake = asyncio.Event()
         self._sleeping_until = math.inf  # the deadline the timer task sleeps until
         self._tasks: list[asyncio.Task[None]] = []
@@ -282,13 +291,20 @@ class GatewaySession:
         """Send ``session.start`` (seq 0) with the call, the agent and the audio invariants."""
         return self._sent(self._core.start(call, agent, self._clock.now()), SessionStart)
 
-    def send(self, kind: type[M], /, **fields: Any) -> M:
-        """Send one server event built from ``fields``; seq, ts and session_id are stamped here.
+    def _send(self, kind: type[ServerMessage], fields: dict[str, Any]) -> ServerMessage:
+        """The one send path of every typed ``send_*`` method: one server event of ``fields``;
+        seq, ts and session_id are stamped here (session.start, error and session.end go the
+        ways of :meth:`start`, :meth:`fail` and :meth:`end`).
 
-        ``session.send(ovp.TranscriptFinal, utterance_id="u1", speaker=ovp.Speaker.CALLER, ...)``.
-        Raises ``TypeError`` for a wrong type or field, :class:`~voxwire.ovp.ProtocolError` for a
-        value the spec refuses, ``SessionStateError`` outside the session.
+        Raises ``TypeError`` for a wrong field, :class:`~voxwire.ovp.ProtocolError` for a value
+        the spec refuses, ``SessionStateError`` outside the session.
         """
+        if kind is SessionStart:
+            return self.start(**fields)
+        if kind is ErrorEvent:
+            return self.fail(**fields)
+        if kind is SessionEnd:
+            return self.end(**fields)
         return self._sent(self._core.send(kind, fields, self._clock.now()), kind)
 
     def send_audio(self, pcm: bytes | bytearray | memoryview, *, flags: int = 0) -> None:
@@ -302,13 +318,12 @@ class GatewaySession:
         *,
         recoverable: bool | None = None,
         details: dict[str, Any] | None = None,
-    ) -> None:
+    ) -> ErrorEvent:
         """Send an ``error``; an unrecoverable code then ends the session (``session.end``)."""
-        self._perform(
-            self._core.fail(
-                code, message, self._clock.now(), recoverable=recoverable, details=details
-            )
+        out = self._core.fail(
+            code, message, self._clock.now(), recoverable=recoverable, details=details
         )
+        return self._sent(out, ErrorEvent)
 
     def end(
         self, reason: str = SessionEndReason.AGENT_ENDED, *, error_code: str | None = None
@@ -359,7 +374,18 @@ class GatewaySession:
         return self
 
     async def __anext__(self) -> ClientMessage | AudioFrame:
-        return await self._inbox.get()
+        item = await self._inbox.get()
+        if not isinstance(item, AudioFrame):
+            for handler in self._handlers.get(item.type, ()):
+                result = handler(item)
+                if inspect.isawaitable(result):
+                    await result
+        return item
+
+    def _on(self, message_type: str, handler: Callable[[Any], object]) -> None:
+        """Register ``handler`` for ``message_type`` (:meth:`on` checked it: a client event);
+        handlers run as the session is iterated."""
+        self._handlers.setdefault(message_type, []).append(handler)
 
     # ------------------------------------------------------------------ adapter
 

@@ -30,7 +30,6 @@ state goes through it.
 from __future__ import annotations
 
 import itertools
-import typing
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -53,6 +52,7 @@ from voxwire.ovp import (
     REPLAY_BUFFER_MAX_AGE_MS,
     REPLAY_BUFFER_MAX_BYTES,
     REPLAY_BUFFER_MAX_EVENTS,
+    SERVER_MESSAGE_TYPES,
     AgentBargeIn,
     AgentConfig,
     AgentCostTick,
@@ -73,7 +73,6 @@ from voxwire.ovp import (
     FrameDirection,
     Message,
     ProtocolError,
-    ServerMessage,
     SessionEnd,
     SessionEndReason,
     SessionPatch,
@@ -92,7 +91,6 @@ from voxwire.ovp._session import (
     AudioIn,
     FrameOrder,
     FrameWriter,
-    Ignored,
     Sent,
     SessionOver,
     SessionStateError,
@@ -100,7 +98,7 @@ from voxwire.ovp._session import (
     describe,
     timestamp,
 )
-from voxwire.sansio import Action, Close, SendBinary, SendText
+from voxwire.sansio import Action, Close, Ignored, SendBinary, SendText
 
 __all__ = [
     "GATEWAY_TRANSITIONS",
@@ -123,7 +121,6 @@ STREAM_WINDOW: Final = 1024
 _WINDOW_EPSILON: Final = 0.001
 _FRAME_REPORT_INTERVAL: Final = FRAME_ERROR_REPORT_INTERVAL_MS / 1000
 _CADENCE: Final = QUALITY_UPDATE_INTERVAL_MS / 1000
-_SERVER_TYPES: Final = frozenset(typing.get_args(ServerMessage))
 
 
 class GatewayState(Enum):
@@ -357,7 +354,7 @@ class GatewayCore:
         self.current_link: int | None = None
         self._window = window
         self._accept_patch = accept_patch
-        self._stamper = Stamper(session_id, epoch, _SERVER_TYPES)
+        self._stamper = Stamper(session_id, epoch, SERVER_MESSAGE_TYPES)
         self._links: dict[int, _Link] = {}
         self._next_link = 0
         self._start_link: int | None = None
@@ -868,7 +865,7 @@ class GatewayCore:
         try:
             message = decode(data, sender="client")
         except ProtocolError as exc:
-            if exc.message_type == "session.resume":
+            if exc.message_type == SessionResume.type:
                 detail = f"malformed session.resume: {describe(exc)}"
                 return self._refuse_resume(link, None, detail, now)
             detail = f"expected session.resume: {describe(exc)}"
