@@ -215,6 +215,19 @@ class _OVP(_Builder):
             self.client(case, "session.resume", 1, 2.0, verdict, last_server_seq=last)
             yield case.done()
 
+        # The replay buffer keeps events for replay_buffer_max_age_ms: a resume that needs an
+        # older one is refused, inside the window though it is.
+        max_age = self.constants["replay_buffer_max_age_ms"] / 1000
+        for name, lost, verdict in (
+            ("replay-of-events-at-the-age-bound", max_age - 1.0, _replay([2, 3])),
+            ("replay-of-events-past-the-age-bound", max_age + 1.0, _error(expired, policy)),
+        ):
+            case = self.started(name, self.cite("resume-window-boundary"), events=3)
+            self.client(case, "agent.input", 0, 0.2, ACCEPTED)
+            case.link(lost, "lost").link(lost + 0.9, "open")
+            self.client(case, "session.resume", 1, lost + 0.9, verdict, last_server_seq=1)
+            yield case.done()
+
         case = self.started("resume-seq-regression", self.cite("seq-spans-reconnects"), events=1)
         self.client(case, "agent.input", 0, 0.2, ACCEPTED)
         self.client(case, "agent.input", 1, 0.3, ACCEPTED)
