@@ -215,6 +215,19 @@ class _OVP(_Builder):
             self.client(case, "session.resume", 1, 2.0, verdict, last_server_seq=last)
             yield case.done()
 
+        # The replay buffer keeps events for replay_buffer_max_age_ms: a resume that needs an
+        # older one is refused, inside the window though it is.
+        max_age = self.constants["replay_buffer_max_age_ms"] / 1000
+        for name, lost, verdict in (
+            ("replay-of-events-at-the-age-bound", max_age - 1.0, _replay([2, 3])),
+            ("replay-of-events-past-the-age-bound", max_age + 1.0, _error(expired, policy)),
+        ):
+            case = self.started(name, self.cite("resume-window-boundary"), events=3)
+            self.client(case, "agent.input", 0, 0.2, ACCEPTED)
+            case.link(lost, "lost").link(lost + 0.9, "open")
+            self.client(case, "session.resume", 1, lost + 0.9, verdict, last_server_seq=1)
+            yield case.done()
+
         case = self.started("resume-seq-regression", self.cite("seq-spans-reconnects"), events=1)
         self.client(case, "agent.input", 0, 0.2, ACCEPTED)
         self.client(case, "agent.input", 1, 0.3, ACCEPTED)
@@ -283,14 +296,76 @@ class _OVP(_Builder):
 
 
 class _Brisvox(_Builder):
-    def server(self, case: _Case, kind: str, seq: int, verdict: dict[str, Any], **f: Any) -> None:
-        body = {**self.examples[kind], "seq": seq, "t_ms": 0 if seq == 1 else seq * 10, **f}
-        body.pop("resume", None) if kind == "session.start" and "resume" not in f else None
-        case.step({"t": body["t_ms"] / 1000, "from": "server", "text": json.dumps(body)}, verdict)
+    def server(
+        self,
+        case: _Case,
+        kind: str,
+        seq: int,
+        verdict: dict[str, Any],
+        t: float | None = None,
+        **fields: Any,
+    ) -> None:
+        """A server message at ``t`` (default: 10 ms a seq, session.start at 0)."""
+        at = (0.0 if seq == 1 else seq / 100) if t is None else t
+        body = {**self.examples[kind], "seq": seq, "t_ms": round(at * 1000), **fields}
+        if kind == "session.start" and "resume" not in fields:
+            body.pop("resume", None)
+        case.step({"t": at, "from": "server", "text": json.dumps(body)}, verdict)
 
-    def agent(self, case: _Case, kind: str, t: float, verdict: dict[str, Any]) -> None:
-        body = self.examples[kind]
+    def agent(
+        self, case: _Case, kind: str, t: float, verdict: dict[str, Any], **fields: Any
+    ) -> None:
+        body = {**self.examples[kind], **fields}
         case.step({"t": t, "from": "agent", "text": json.dumps(body)}, verdict)
+
+    def engine_cases(self) -> Iterator[dict[str, Any]]:
+        protocol_error = self.closes["protocol_error"]
+
+        case = _Case(self.p, "handshake", "engine", self.cite("handshake-budget"))
+        self.server(case, "session.start", 1, SENT)
+        self.agent(case, "session.accept", 0.01, ACCEPTED)
+        self.server(case, "user.text", 2, SENT)
+        self.agent(case, "say", 0.03, ACCEPTED)
+        yield case.done()
+
+        case = _Case(self.p, "version-not-offered", "engine", self.cite("handshake-budget"))
+        self.server(case, "session.start", 1, SENT)
+        self.agent(
+            case, "session.accept", 0.01, {"verdict": "close", "close": protocol_error}, version=9
+        )
+        yield case.done()
+
+        case = _Case(self.p, "command-before-accept", "engine", self.cite("handshake-budget"))
+        self.server(case, "session.start", 1, SENT)
+        self.agent(case, "say", 0.01, {"verdict": "close", "close": protocol_error})
+        yield case.done()
+
+        # A resumption: the agent declared resume: true; the link drops and comes back.
+        case = _Case(self.p, "resume", "engine", self.cite("resumed-seq-gap"))
+        self.server(case, "session.start", 1, SENT)
+        self.agent(case, "session.accept", 0.01, ACCEPTED, resume=True)
+        self.server(case, "user.text", 2, SENT)
+        case.link(1.0, "lost").link(1.5, "open")
+        resume = {"attempt": 1, "previous_seq": 2, "down_ms": 500}
+        self.server(case, "session.start", 3, SENT, 1.5, resume=resume)
+        self.agent(case, "session.accept", 1.51, ACCEPTED, resume=True)
+        self.server(case, "events.lost", 4, SENT, 1.51, count=0)
+        self.server(case, "user.text", 5, SENT, 1.6)
+        yield case.done()
+
+        case = _Case(self.p, "resume-without-resume-true", "engine", self.cite("resumed-seq-gap"))
+        self.server(case, "session.start", 1, SENT)
+        self.agent(case, "session.accept", 0.01, ACCEPTED, resume=True)
+        case.link(1.0, "lost").link(1.5, "open")
+        self.server(case, "session.start", 2, SENT, 1.5, resume={**resume, "previous_seq": 1})
+        self.agent(
+            case,
+            "session.accept",
+            1.51,
+            {"verdict": "close", "close": protocol_error},
+            resume=False,
+        )
+        yield case.done()
 
     def cases(self) -> Iterator[dict[str, Any]]:
         bad = self.code("bad_message")
@@ -337,3 +412,5 @@ class _Brisvox(_Builder):
         self.server(case, "tool.call", 6, _error(bad), arguments="x")
         self.server(case, "user.text", 7, ACCEPTED)
         yield case.done()
+
+        yield from self.engine_cases()

@@ -80,3 +80,34 @@ async def test_a_typed_send_that_breaks_a_rule_raises_to_its_caller() -> None:
             link.send_user_text(epoch=-1, text="hi")
         assert link.up
         await link.end("hangup")
+
+
+@aio
+async def test_a_handler_that_crashes_answers_unavailable_and_the_link_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    failures: list[CommandFailed] = []
+    results: list[brisvox.CommandResult] = []
+
+    async def on_session(session: AgentSession) -> None:
+        try:
+            await session.send_say(text="first")
+        except CommandFailed as exc:
+            failures.append(exc)
+        results.append(await session.send_end(say="Goodbye."))
+
+    def crash(say: brisvox.Say) -> None:
+        raise KeyError("a bug in the engine")
+
+    async def slow_ok(end: brisvox.End) -> None:
+        await asyncio.sleep(0.01)  # an awaitable handler: answered once it completes
+
+    async with AgentServer(on_session, token=None) as server:
+        link = EngineLink(AgentTarget(check_url(server.url)), session_id="42", agent="luigi")
+        link.on("say", crash)
+        link.on("end", slow_ok)
+        assert await link.start()
+        await _until(lambda: results)
+        await link.end("ended_by_agent")
+    assert failures[0].code == "unavailable" and "say" in failures[0].message
+    assert results[0].ok and "a bug in the engine" in caplog.text

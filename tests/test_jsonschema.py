@@ -20,6 +20,7 @@ approximation (``\\S``) only shows its gap under ECMA-262.
 from __future__ import annotations
 
 import functools
+import importlib
 import importlib.util
 import json
 import re
@@ -28,7 +29,6 @@ import sys
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
-from importlib.resources import files
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -58,6 +58,13 @@ PROTOCOLS = ("brisvox", "ovp")
 CODECS: dict[str, Any] = {"brisvox": brisvox, "ovp": ovp}
 DIALECTS = ("python", "ecma")
 DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
+
+
+def _schema_file(protocol_id: str) -> Path:
+    """The shipped schema.json: beside the generated modules, in a wheel as in an editable
+    install (where the protocol package's __init__.py is in runtime/, see docs/architecture.md)."""
+    api = importlib.import_module(f"voxwire.{protocol_id}._api")
+    return Path(api.__file__ or "").with_name("schema.json")
 
 
 # -- the expected disagreements -----------------------------------------------------------------
@@ -225,7 +232,7 @@ VALIDATOR_CLASSES: dict[str, Any] = {"python": Draft202012Validator, "ecma": Ecm
 
 def load_schema(protocol_id: str) -> dict[str, Any]:
     """The schema as the installed package ships it."""
-    resource = files(f"voxwire.{protocol_id}") / "schema.json"
+    resource = _schema_file(protocol_id)
     return json.loads(resource.read_text(encoding="utf-8"))  # type: ignore[no-any-return]
 
 
@@ -301,7 +308,7 @@ def _report(failures: list[str], total: int, what: str) -> str:
 
 @pytest.mark.parametrize("protocol_id", PROTOCOLS)
 def test_schema_is_shipped_in_the_package_and_valid_2020_12(protocol_id: str) -> None:
-    resource = files(f"voxwire.{protocol_id}") / "schema.json"
+    resource = _schema_file(protocol_id)
     assert resource.is_file(), f"voxwire.{protocol_id} ships no schema.json"
     document = load_schema(protocol_id)
     assert document["$schema"] == DRAFT_2020_12
@@ -666,9 +673,7 @@ def oracles(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Modu
     out = {}
     for pid in PROTOCOLS:
         schema_path = folder / f"{pid}.schema.json"
-        schema_path.write_text(
-            (files(f"voxwire.{pid}") / "schema.json").read_text(encoding="utf-8"), encoding="utf-8"
-        )
+        schema_path.write_text(_schema_file(pid).read_text(encoding="utf-8"), encoding="utf-8")
         out[pid] = _generate_oracle(schema_path, folder / f"oracle_{pid}.py", f"_oracle_{pid}")
     yield out
     for pid in PROTOCOLS:

@@ -34,6 +34,10 @@ SCENARIOS = {
     "brisvox/session/agent/handshake",
     "brisvox/session/agent/no-common-version",
     "brisvox/session/agent/undecodable-tool-call",
+    "brisvox/session/engine/handshake",
+    "brisvox/session/engine/version-not-offered",
+    "brisvox/session/engine/resume",
+    "brisvox/session/engine/resume-without-resume-true",
 }
 """The rules issue 16 names, one case each at least."""
 
@@ -102,6 +106,12 @@ def test_a_session_case_needs_one_verdict_per_step() -> None:
         read_vectors(json.dumps(broken) + "\n", "x.jsonl")
     with pytest.raises(VectorError, match="side"):
         read_vectors(json.dumps({**good, "side": None}) + "\n", "x.jsonl")
+    backwards = [{**good["steps"][0], "t": 5.0}, *good["steps"][1:]]
+    with pytest.raises(VectorError, match=r"step 1 has no time `t` at or after 5\.0"):
+        read_vectors(json.dumps({**good, "steps": backwards}) + "\n", "x.jsonl")
+    odd = [{"t": 0.0, "link": "sideways"}, *good["steps"][1:]]
+    with pytest.raises(VectorError, match="step 0 is neither a message nor a link event"):
+        read_vectors(json.dumps({**good, "steps": odd}) + "\n", "x.jsonl")
 
 
 def test_a_side_voxwire_does_not_play_is_an_error_answer() -> None:
@@ -120,7 +130,9 @@ def test_serve_answers_a_session_request_in_one_line() -> None:
 
 
 def _as_capture(case: Case) -> str:
-    recorded_by = {"gateway": "server"}.get(case.data["side"], case.data["side"])
+    recorded_by = {"gateway": "server", "engine": "server"}.get(
+        case.data["side"], case.data["side"]
+    )
     header = {"capture": "voxwire", "version": 1, "protocol": case.protocol}
     lines = [json.dumps({**header, "recorded_by": recorded_by})]
     lines += [

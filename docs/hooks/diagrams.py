@@ -2,7 +2,7 @@
 
 - ``<!-- state-machine: voxwire.brisvox.engine_core.ENGINE_TRANSITIONS -->`` on a line of its
   own: the hook imports that table (``{State: {Input: Transition(target, actions)}}``, the form
-  every voxwire core uses) and puts an SVG of it there (:func:`codegen.diagrams.state_svg`),
+  or ``{State: {Input: State}}``) and puts an SVG of it there (:func:`codegen.diagrams.state_svg`),
   drawn from the running code at every build, so it cannot drift from the table.
 - ``<!-- flow: ovp.resume-behind-a-balancer -->``: the flow of that id in
   ``spec/flows/<protocol>.yaml``, checked against the spec as ``python -m codegen`` checks it.
@@ -38,7 +38,7 @@ def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
         table = _table(name, page.file.src_path)
         states = [s for s in type(next(iter(table))) if isinstance(s, Enum)]
         edges = [
-            Edge(str(state.value), str(step.target.value), (str(event.value),))
+            Edge(str(state.value), str(_target(step).value), (str(event.value),))
             for state, inputs in table.items()
             for event, step in inputs.items()
         ]
@@ -71,9 +71,17 @@ def _table(name: str, page: str) -> Mapping[Enum, Mapping[Enum, Any]]:
         isinstance(table, Mapping)
         and table
         and all(
-            isinstance(inputs, Mapping) and all(hasattr(t, "target") for t in inputs.values())
+            isinstance(inputs, Mapping)
+            and all(isinstance(t, Enum) or hasattr(t, "target") for t in inputs.values())
             for inputs in table.values()
         )
     ):
         raise PluginError(f"{page}: {name!r} is not a transition table {{state: {{input: step}}}}")
     return table
+
+
+def _target(step: Any) -> Enum:
+    """The state a table cell leads to: the cell itself (OVP's cores), or its ``target``."""
+    target = step if isinstance(step, Enum) else step.target
+    assert isinstance(target, Enum)
+    return target

@@ -886,7 +886,9 @@ class EngineLink(EngineSends[None], EngineReceives):
         except CommandFailed as exc:
             error = (exc.code, exc.message)
         except Exception:
-            log.exception("agent %s: the %s handler failed", self.target.url.redacted, received)
+            log.exception(
+                "agent %s: the %s handler failed", self.target.url.redacted, received.command.type
+            )
             error = (ErrorCode.UNAVAILABLE, f"the engine failed to apply {received.command.type}")
         self._apply(self.core.answer(received, error=error))
 

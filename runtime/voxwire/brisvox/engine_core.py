@@ -399,6 +399,28 @@ class _Waiting:
 
 
 @dataclass(frozen=True, slots=True)
+class _LostReport(SendText):
+    """An ``events.lost`` for ``count`` events the link dropped (counted as it is written)."""
+
+    count: int = 0
+
+
+@dataclass(slots=True)
+class _EventCount:
+    """What became of the events handed to one link."""
+
+    handed: int = 0
+    written: int = 0
+    reported: int = 0
+    """Dropped by the link's queue and reported in an events.lost written on it."""
+
+    @property
+    def unaccounted(self) -> int:
+        """Handed but neither written nor reported: queued when the link went down."""
+        return max(0, self.handed - self.written - self.reported)
+
+
+@dataclass(frozen=True, slots=True)
 class _Step:
     """What a transition's actions need."""
 
@@ -479,6 +501,7 @@ class EngineCore:
         """Events that came while no link was up (reported in the next link's events.lost)."""
         self.outage_lost_total = 0
         """The same, over the call's life."""
+        self._on_link = _EventCount()
         self._subscription: frozenset[str] | None = None
         self._tools: dict[int, _Waiting] = {}
         self._declared: dict[str, ToolDeclaration] = {}
@@ -538,6 +561,10 @@ class EngineCore:
 
     def stamp(self, frame: SendText, now: float) -> SendText:
         """``frame`` with its seq and t_ms, as the link's writer takes it (write order)."""
+        if type(frame) is SendEvent:
+            self._on_link.written += 1
+        elif type(frame) is _LostReport:
+            self._on_link.reported += frame.count
         self._seq += 1
         self._last_written_seq = self._seq
         if self._origin is None:  # t_ms counts from the call's first write: 0 in session.start
@@ -548,7 +575,7 @@ class EngineCore:
     @staticmethod
     def events_lost(count: int) -> SendText:
         """The ``events.lost`` the link writes where ``count`` events were dropped."""
-        return _control(EventsLost(seq=0, t_ms=0, count=count))
+        return _LostReport(_queue_form(EventsLost(seq=0, t_ms=0, count=count)), count)
 
     def receive_binary(self, data: bytes, now: float) -> list[EngineOutput]:
         """A binary frame arrived: answered with an error event, the link stays."""
@@ -625,6 +652,7 @@ class EngineCore:
         if self._subscription is not None and event.type not in self._subscription:
             return []
         if self.state is EngineState.OPEN:
+            self._on_link.handed += 1
             return [SendEvent(data)]
         if self.state in (EngineState.DOWN, EngineState.HANDSHAKING):
             self.outage_lost += 1
@@ -763,6 +791,7 @@ class EngineCore:
 
     def _start_handshake(self, step: _Step) -> list[EngineOutput]:
         self.link += 1
+        self._on_link = _EventCount()
         self._deadline = step.now + self.settings.handshake_timeout
         self._opened_at = step.now
         return [SendText(step.start)]
@@ -901,6 +930,10 @@ class EngineCore:
         return self._step(EngineInput.GIVE_UP if delay is None else EngineInput.RETRY, _Step(now))
 
     def _lose(self, now: float, reason: str) -> list[EngineOutput]:
+        # Events the lost link took but neither wrote nor reported dropped: the outage's too.
+        unaccounted = self._on_link.unaccounted
+        self.outage_lost += unaccounted
+        self.outage_lost_total += unaccounted
         if self.state is EngineState.ENDING or self._ending or not self.resumable:
             return [*self._step(EngineInput.GIVE_UP, _Step(now)), LinkDown(reason, None)]
         self.backoff.lost(now, now - self._opened_at)

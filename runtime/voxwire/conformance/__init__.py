@@ -169,7 +169,21 @@ def _case(data: dict[str, Any], where: str) -> Case:
         verdicts = data["expect"].get("steps")
         if not isinstance(verdicts, list) or len(verdicts) != len(steps):
             raise VectorError(f"{where}: {case_id}: expect.steps has one verdict per step")
+        _check_steps_form(steps, f"{where}: {case_id}")
     return Case(case_id, protocol, kind, data, where)
+
+
+def _check_steps_form(steps: list[Any], where: str) -> None:
+    """Every step is a message (``from``, ``text``) or a link event, at a time never going back."""
+    last = 0.0
+    for index, step in enumerate(steps):
+        t = step.get("t") if isinstance(step, dict) else None
+        if not isinstance(t, (int, float)) or isinstance(t, bool) or t < last:
+            raise VectorError(f"{where}: step {index} has no time `t` at or after {last}")
+        last = t
+        is_message = isinstance(step.get("from"), str) and isinstance(step.get("text"), str)
+        if not is_message and step.get("link") not in ("lost", "closed", "open"):
+            raise VectorError(f"{where}: step {index} is neither a message nor a link event")
 
 
 def _input_bytes(data_in: dict[str, Any], where: str = "") -> bytes:

@@ -22,6 +22,7 @@ from voxwire.brisvox.agent_core import (
     StartReceived,
     ToolCallStarted,
 )
+from voxwire.brisvox.engine_core import AgentAccepted, CommandReceived, EngineCore, EngineOutput
 from voxwire.brisvox.outputs import BadMessage, HandshakeFailed
 from voxwire.ovp._session import Sent, SessionOver
 from voxwire.ovp.client_core import ClientCore, ClientOutput, Rejected, ServerEvent
@@ -256,6 +257,75 @@ def _judge_agent(out: list[AgentOutput]) -> Verdict:
     return {"verdict": "ignored"}
 
 
+class _Engine:
+    """A Brisvox ``EngineCore`` playing the server's steps and judging the agent's.
+
+    What the core writes by itself (session.start on a connection, events.lost after a
+    resumption) waits in ``pending`` until the case's step for it."""
+
+    def __init__(self, first: dict[str, Any]) -> None:
+        start: Any = brisvox.decode(first["text"], "server")
+        if not isinstance(start, brisvox.SessionStart):
+            raise ValueError("a Brisvox engine case starts with the engine's session.start")
+        self.core = EngineCore(
+            session_id=start.session_id,
+            agent=start.agent,
+            now=first["t"],
+            capabilities=start.capabilities,
+            call=None if start.call is UNSET else start.call,
+            versions=tuple(start.versions),
+        )
+        self.pending: list[Any] = []
+        self._wrote(self.core.connected(first["t"]), first["t"])
+
+    def _wrote(self, out: list[EngineOutput], t: float) -> list[EngineOutput]:
+        for o in out:
+            if isinstance(o, SendText):
+                stamped = self.core.stamp(o, t)
+                self.pending.append(brisvox.decode(stamped.data, "server"))
+        return out
+
+    def step(self, step: dict[str, Any]) -> Verdict:
+        t = step["t"]
+        if "link" in step:
+            if step["link"] == "open":
+                self._wrote(self.core.connected(t), t)
+            else:
+                self._wrote(self.core.link_lost(t, f"link {step['link']}"), t)
+            return {"verdict": "done"}
+        if step["from"] == "agent":
+            return _judge_engine(self._wrote(self.core.receive_text(step["text"], t), t))
+        message: Any = brisvox.decode(step["text"], "server")
+        if not any(p.type == message.type for p in self.pending):
+            self._wrote(self.core.send_event(message, t), t)
+        sent = next((p for p in self.pending if p.type == message.type), None)
+        if sent is None:
+            return {"verdict": "refused"}
+        self.pending.remove(sent)
+        return (
+            {"verdict": "sent"} if sent.seq == message.seq else {"verdict": "sent", "seq": sent.seq}
+        )
+
+
+def _judge_engine(out: list[EngineOutput]) -> Verdict:
+    closes = [int(o.code) for o in out if isinstance(o, Close)]
+    refused = [str(o.error.code) for o in out if isinstance(o, BadMessage)]
+    if refused:
+        return {"verdict": "error", "code": refused[0]}
+    if closes:
+        return {"verdict": "close", "close": closes[0]}
+    if any(isinstance(o, (AgentAccepted, CommandReceived)) for o in out):
+        return {"verdict": "accepted"}
+    return {"verdict": "ignored"}
+
+
+def _brisvox_engine(steps: Sequence[dict[str, Any]]) -> list[Verdict]:
+    if not steps:
+        raise ValueError("a case has steps")
+    engine = _Engine(steps[0])
+    return [engine.step(step) for step in steps]
+
+
 def _brisvox_agent(steps: Sequence[dict[str, Any]]) -> list[Verdict]:
     if not steps:
         raise ValueError("a case has steps")
@@ -267,5 +337,6 @@ SIDES: Final[dict[tuple[str, str], Callable[[Sequence[dict[str, Any]]], list[Ver
     ("ovp", "gateway"): _ovp_gateway,
     ("ovp", "client"): _ovp_client,
     ("brisvox", "agent"): _brisvox_agent,
+    ("brisvox", "engine"): _brisvox_engine,
 }
 """The (protocol, side) pairs voxwire plays, and how."""

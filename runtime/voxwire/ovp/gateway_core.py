@@ -838,6 +838,7 @@ class GatewayCore:
             return self._refuse_resume(
                 link, last, f"last_server_seq {last} was never sent (last is {self.last_seq})", now
             )
+        self._replay.evict(now)  # the age bound holds at the resume too, not only on a send
         if not self._replay.holds_after(last):
             return self._refuse_resume(
                 link, last, f"the events after seq {last} are no longer all held", now
