@@ -801,3 +801,57 @@ def test_every_rule_is_documented() -> None:
     page = (ROOT / "docs" / "evolution.md").read_text(encoding="utf-8")
     missing = [rule for rule in RULES if f"`{rule}`" not in page]
     assert missing == []
+
+
+# -- cross-version vectors: the older spec's vectors on today's runtime ---------------------------
+
+
+def _differences(old: Protocol) -> tuple[list[str], list[str]]:
+    """The ids of ``old``'s generated vectors today's runtime answers otherwise, and of those no
+    wire finding of ``breaking`` (old to today) explains: one that names the case's message, or
+    one about the whole protocol."""
+    from codegen.vectors import build_cases
+    from voxwire.conformance import Case, answer, check, request
+
+    findings = [f for f in compare(old, _spec(old.id)) if f.kind == "wire"]
+    named = {f.message for f in findings}
+    differ, unexplained = [], []
+    for data in build_cases(old)[0]:
+        case = Case(data["id"], data["protocol"], data["kind"], data, "cross-version")
+        if check(data["expect"], answer(request(case))) is None:
+            continue
+        differ.append(case.id)
+        message = case.id.split("/")[2]
+        if message not in named and None not in named:
+            unexplained.append(case.id)
+    return differ, unexplained
+
+
+@pytest.mark.parametrize("protocol", ["brisvox", "ovp"])
+def test_the_last_releases_vectors_differ_on_todays_runtime_only_where_breaking_says(
+    protocol: str,
+) -> None:
+    old = next(p for p in _release_protocols() if p.id == protocol)
+    _, unexplained = _differences(old)
+    assert unexplained == []
+
+
+def test_a_difference_of_runtimes_is_explained_by_a_finding(tmp_path: Path) -> None:
+    # An "older" spec whose say.text allowed twice the bytes: its vectors at that bound fail on
+    # today's runtime, and FIELD_LIMIT_TIGHTENED on say.text explains each.
+    def older(data: Data) -> None:
+        _field(data, "say", "text")["max_bytes"] = (
+            2 * _item(data, "constants", "max_line_bytes")["value"]
+        )
+
+    old = _mutated("brisvox", older, tmp_path)
+    differ, unexplained = _differences(old)
+    assert differ and all("/say/" in case_id for case_id in differ), differ
+    assert unexplained == []
+
+
+@cache
+def _release_protocols() -> tuple[Protocol, ...]:
+    from codegen.breaking import load_against
+
+    return tuple(load_against(str(_last_release())))
