@@ -584,6 +584,11 @@ def test_the_frame_layout_renders_in_chromium(page: Page, served: str) -> None:
 def _shoot(page: Page, selector: str, name: str) -> None:
     """Screenshot the element ``selector``, keep it in test-artifacts/, assert it is not blank."""
     page.evaluate(f"document.querySelector({json.dumps(selector)}).scrollIntoView()")
+    # The theme's fixed header would cover the top of the picture.
+    page.evaluate(
+        "document.querySelectorAll('.md-header, .md-tabs')"
+        ".forEach(e => e.style.visibility = 'hidden')"
+    )
     box = page.evaluate(
         f"(() => {{ const r = document.querySelector({json.dumps(selector)})"
         ".getBoundingClientRect();"
@@ -591,7 +596,7 @@ def _shoot(page: Page, selector: str, name: str) -> None:
         " height: r.height} })()"
     )
     shot = page.call(
-        "Page.captureScreenshot", format="png", captureBeyondViewport=True, clip={**box, "scale": 1}
+        "Page.captureScreenshot", format="png", captureBeyondViewport=False, clip={**box, "scale": 1}
     )
     data = base64.b64decode(shot["data"])
     ARTIFACTS.mkdir(exist_ok=True)

@@ -3,8 +3,10 @@
 tests/typecheck/misuse.py marks each line that must be an error (``# error``): a misspelled or
 mistyped send field, an envelope field passed by hand, a wrong-direction send, an unknown type in
 ``on()``, a handler typed for another message. Both checkers must flag exactly those lines, and
-nothing in tests/typecheck/correct.py. The package is checked as the wheel lays it out (runtime
-and generated merged), as users import it.
+nothing in tests/typecheck/correct.py. The samples use minimal stub adapters
+(tests/typecheck/stubs.py) and the real ones: OVPClient, GatewaySession, AgentSession, EngineLink.
+The package is checked as the wheel lays it out (runtime and generated merged), as users import
+it.
 """
 
 from __future__ import annotations

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from typecheck.stubs import Agent, Client, Engine, Gateway
 from voxwire import brisvox, ovp
+from voxwire.brisvox.agent import AgentSession
+from voxwire.brisvox.engine import EngineLink
+from voxwire.ovp.client import OVPClient
+from voxwire.ovp.gateway import GatewaySession
 
 
 def on_final(event: ovp.TranscriptFinal) -> None:
@@ -42,5 +46,22 @@ def use() -> None:
     agent.send_end(say="Goodbye.")
     agent.on("user.text", on_user_text)
     engine = Engine()
+    engine.send_user_text(epoch=1, text="A table for two.")
+    engine.on("say", on_say)
+
+
+async def use_the_real_adapters(
+    client: OVPClient, session: GatewaySession, agent: AgentSession, engine: EngineLink
+) -> None:
+    sent: ovp.ClientMessage = await client.send_agent_input(
+        text="hi", source=ovp.InputSource.DEVELOPER_INJECT
+    )
+    print(sent.seq)
+    client.on("transcript.final", on_final)
+    session.send_agent_output(turn_id="t1", text="Hello.", final=True)
+    session.on("agent.input", on_input)
+    result: brisvox.CommandResult = await agent.send_say(text="One moment.")
+    print(result.ok)
+    agent.on("user.text", on_user_text)
     engine.send_user_text(epoch=1, text="A table for two.")
     engine.on("say", on_say)
