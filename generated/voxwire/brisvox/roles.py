@@ -87,8 +87,9 @@ class EngineSends(Generic[Sent]):
 
     Each calls ``_send(kind, fields)``, which the adapter implements: its one send path, given
     the message class and the arguments that were passed (an argument left ``UNSET`` is
-    absent). The core fills the envelope (seq, t_ms) of every message. It sends session.start,
-    session.end, events.lost, tool.call, tool.cancel, command.result itself: no method here.
+    absent). The core fills the envelope (seq, t_ms) of every message. No method here for
+    session.start, session.end, events.lost, tool.call, tool.cancel, command.result: the core
+    sends them, or the adapter through methods of its own.
     """
 
     def _send(self, kind: type[ServerMessage], fields: dict[str, Any]) -> Sent:
@@ -341,7 +342,8 @@ class AgentSends(Generic[Sent]):
     Each calls ``_send(kind, fields)``, which the adapter implements: its one send path, given
     the message class and the arguments that were passed (an argument left ``UNSET`` is
     absent). It fills these fields too: context.update.id, end.id, say.id, tools.set.id,
-    transfer.id. It sends session.accept, session.reject, tool.result itself: no method here.
+    transfer.id. No method here for session.accept, session.reject, tool.result: the core
+    sends them, or the adapter through methods of its own.
     """
 
     def _send(self, kind: type[AgentMessage], fields: dict[str, Any]) -> Sent:

@@ -98,7 +98,8 @@ class GatewaySends(Generic[Sent]):
     the message class and the arguments that were passed (an argument left ``UNSET`` is
     absent). The core fills the envelope (seq, ts, session_id) of every message. It fills
     these fields too: session.end.stats, session.start.audio, session.start.protocol_version.
-    It sends call.quality.update, agent.cost.tick itself: no method here.
+    No method here for call.quality.update, agent.cost.tick: the core sends them, or the
+    adapter through methods of its own.
     """
 
     def _send(self, kind: type[ServerMessage], fields: dict[str, Any]) -> Sent:
@@ -653,8 +654,8 @@ class ClientSends(Generic[Sent]):
 
     Each calls ``_send(kind, fields)``, which the adapter implements: its one send path, given
     the message class and the arguments that were passed (an argument left ``UNSET`` is
-    absent). The core fills the envelope (seq, ts, session_id) of every message. It sends
-    session.resume itself: no method here.
+    absent). The core fills the envelope (seq, ts, session_id) of every message. No method
+    here for session.resume: the core sends them, or the adapter through methods of its own.
     """
 
     def _send(self, kind: type[ClientMessage], fields: dict[str, Any]) -> Sent:
