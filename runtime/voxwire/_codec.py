@@ -268,13 +268,18 @@ class JsonCodec:
         return f"nested deeper than {self._depth} arrays and objects"
 
     def _check_depth(self, check: Check | None, message: Any, data: bytes | str) -> None:
-        # Each level opens with [ or {: few of them (the usual case) is proof enough.
-        opens = (
-            data.count("[") + data.count("{")
-            if isinstance(data, str)
-            else data.count(b"[") + data.count(b"{")
-        )
-        if opens > self._depth:
+        # Each level takes two characters and opens with [ or {: a short text, or few of
+        # them (the usual case), is proof enough.
+        depth = self._depth
+        if (
+            len(data) > 2 * depth
+            and (
+                data.count("[") + data.count("{")
+                if isinstance(data, str)
+                else data.count(b"[") + data.count(b"{")
+            )
+            > depth
+        ):
             value = message.data if message.__class__ is UnknownMessage else message
             problem = json_value_problem(value, "$", self._depth)
             if problem is not None:
