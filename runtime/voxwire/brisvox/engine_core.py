@@ -441,7 +441,9 @@ _ITEM_PATH: Final = re.compile(r"\$\.(tools|events|context)\[(\d+)\]")
 def _queue_form(message: ServerMessage) -> bytes:
     """``message`` checked and encoded with the widest envelope, which :meth:`EngineCore.stamp`
     replaces by the real one (never longer). Raises ProtocolError."""
-    return encode(msgspec.structs.replace(message, seq=JSON_SAFE_INTEGER, t_ms=JSON_SAFE_INTEGER))
+    if message.seq != JSON_SAFE_INTEGER or message.t_ms != JSON_SAFE_INTEGER:  # not built so
+        message = msgspec.structs.replace(message, seq=JSON_SAFE_INTEGER, t_ms=JSON_SAFE_INTEGER)
+    return encode(message)
 
 
 def _control(message: ServerMessage) -> SendText:
