@@ -114,7 +114,9 @@ def packed() -> Path:
     work = Path(tempfile.mkdtemp(prefix="voxwire-ts-pack-"))
     atexit.register(shutil.rmtree, work, ignore_errors=True)
     package = work / "package"
-    shutil.copytree(ROOT / ROOT_DIR, package)
+    # The sources only: a local `npm install` or `npm pack` in the checkout leaves its outputs.
+    outputs = shutil.ignore_patterns("node_modules", "dist", "*.tgz", "package-lock.json")
+    shutil.copytree(ROOT / ROOT_DIR, package, ignore=outputs)
     (package / "node_modules").symlink_to(tools())
     done = run(["npm", "pack", "--json", "--pack-destination", str(work)], package)
     listing = json.loads(done.stdout)
