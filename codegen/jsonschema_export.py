@@ -24,10 +24,13 @@ NOT_EXPRESSIBLE = (
 )
 
 RFC3339 = (
-    r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:"
-    r"[0-5][0-9](\.[0-9]+)?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$"
+    r"^(?!0000-)(?!9999-12-31[Tt ]23:59:59\.999999[5-9])"
+    r"[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:"
+    r"[0-5][0-9](\.[0-9]+)?([Zz]|[+-]([01][0-9]|2[0-3]):?[0-5][0-9])$"
 )
-"""An RFC 3339 date-time with its zone, field by field in range (the calendar is not checked)."""
+"""A date-time as the decoder reads it (spec decision ts-rfc3339), field by field in range: year
+0000 and a fraction that rounds past 9999-12-31T23:59:59.999999 are refused, the offset's colon
+is optional (the calendar is not checked)."""
 
 _PRIMITIVE: dict[str, dict[str, Any]] = {
     "string": {"type": "string"},

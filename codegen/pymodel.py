@@ -807,7 +807,10 @@ def build_roles(protocol: Protocol) -> PyRoles:
         if stamped:
             notes.append(f"It fills these fields too: {', '.join(stamped)}.")
         if core_sends:
-            notes.append(f"It sends {', '.join(core_sends)} itself: no method here.")
+            notes.append(
+                f"No method here for {', '.join(core_sends)}: the core sends them, or the "
+                "adapter through methods of its own."
+            )
         sends_doc = docstring(
             f"A typed send method for each message the {own.role} sends ({own.title}).",
             f"Each calls ``{names.SEND_HOOK}(kind, fields)``, which the adapter implements: its "

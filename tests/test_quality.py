@@ -22,12 +22,13 @@ def _run(*command: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     )
 
 
+LINTED = ("codegen", "runtime", "generated", "tests", "benchmarks", "fuzz")
+
+
 def test_ruff_lint_and_format() -> None:
-    lint = _run("ruff", "check", "codegen", "runtime", "generated", "tests", "benchmarks")
+    lint = _run("ruff", "check", *LINTED)
     assert lint.returncode == 0, lint.stdout
-    form = _run(
-        "ruff", "format", "--check", "codegen", "runtime", "generated", "tests", "benchmarks"
-    )
+    form = _run("ruff", "format", "--check", *LINTED)
     assert form.returncode == 0, form.stdout
 
 
@@ -44,12 +45,10 @@ def test_mypy_strict_on_the_package_as_the_wheel_lays_it_out(tmp_path: Path) -> 
         dirs_exist_ok=True,
         ignore=shutil.ignore_patterns("__pycache__", "__init__.pyi"),
     )
-    shutil.copytree(
-        ROOT / "benchmarks", tmp_path / "benchmarks", ignore=shutil.ignore_patterns("__pycache__")
-    )
-    done = _run(
-        "mypy", "--strict", "--no-incremental", "-p", "voxwire", "-p", "benchmarks", cwd=tmp_path
-    )
+    for tool in ("benchmarks", "fuzz"):
+        shutil.copytree(ROOT / tool, tmp_path / tool, ignore=shutil.ignore_patterns("__pycache__"))
+    packages = ("-p", "voxwire", "-p", "benchmarks", "-p", "fuzz")
+    done = _run("mypy", "--strict", "--no-incremental", *packages, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Success" in done.stdout
 

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import json
 import re
+import reprlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from functools import partial
+from typing import Any, Final, Union
 
 import msgspec
+import msgspec.inspect
 
-from voxwire._rules import json_value_problem
+from voxwire._rules import json_value_problem, written_difference
 from voxwire.errors import ProtocolError
 
 __all__ = [
@@ -75,11 +78,6 @@ class SenderSpec:
     envelope: type | None = None
 
 
-class _TypeOnly(msgspec.Struct):
-    type: str
-
-
-_TYPE_ONLY: Final = msgspec.json.Decoder(_TypeOnly)
 _ANY: Final = msgspec.json.Decoder()
 _INDEX: Final = re.compile(r"\[\d+\]")
 _MISSING: Final = re.compile(r"Object missing required field `([^`]+)`")
@@ -92,7 +90,10 @@ class JsonCodec:
         protocol: The protocol's id, for messages (``brisvox``).
         error: The protocol's ``ProtocolError`` subclass.
         codes: The error code of each class of decode failure.
-        max_message_bytes: The largest encoded message, in UTF-8 bytes.
+        max_message_bytes: The largest message, in UTF-8 bytes: both as received and as
+            encoded by voxwire (a message whose encoding is larger is refused by decode too).
+        max_nesting_depth: The deepest a value inside a message may nest arrays and objects,
+            the message's own object counted as 1.
         senders: Each sender's id and what it may send.
         checks: The generated check of each message class that has one.
         field_codes: Error codes that replace the default for one field of one message,
@@ -103,10 +104,14 @@ class JsonCodec:
         "_all_types",
         "_checks",
         "_codes",
+        "_depth",
         "_encoder",
         "_envelopes",
         "_error",
         "_field_codes",
+        "_finish",
+        "_free_form",
+        "_heads",
         "_max",
         "_protocol",
         "_quarter",
@@ -114,6 +119,7 @@ class JsonCodec:
         "_runners",
         "_senders",
         "_types_by_sender",
+        "_ungated",
     )
 
     def __init__(
@@ -123,6 +129,7 @@ class JsonCodec:
         error: type[ProtocolError],
         codes: DecodeErrorCodes,
         max_message_bytes: int,
+        max_nesting_depth: int,
         senders: Mapping[str, SenderSpec],
         checks: Mapping[type, Check],
         field_codes: Mapping[tuple[str, str], str],
@@ -131,7 +138,10 @@ class JsonCodec:
         self._error = error
         self._codes = codes
         self._max = max_message_bytes
-        # A str of at most max/4 characters is at most max UTF-8 bytes: no need to count.
+        self._depth = max_nesting_depth
+        # Every JSON token voxwire writes is at most 4 bytes for each character or byte read
+        # (1e15 is written 1000000000000000.0, always after a separator): a message of at most
+        # max/4 characters or bytes is within the bound both ways, with no counting.
         self._quarter = max_message_bytes // 4
         self._senders = dict(senders)
         self._types_by_sender = {sid: _tags(spec.union) for sid, spec in senders.items()}
@@ -141,7 +151,15 @@ class JsonCodec:
             if spec.envelope is not None
         }
         self._all_types = frozenset().union(*self._types_by_sender.values())
+        # The error path reads the first `type` as the union did, and skips the rest unread.
+        self._heads = {
+            sid: msgspec.json.Decoder(_head_union(types)).decode
+            for sid, types in self._types_by_sender.items()
+        }
         self._checks = dict(checks)
+        members = [m for spec in senders.values() for m in getattr(spec.union, "__args__", ())]
+        self._free_form = frozenset({UnknownMessage, *(m for m in members if _holds_free_form(m))})
+        self._finish = self._finishers()
         # Encoding reads back what it wrote, with a typed decoder of the message's class.
         self._readers = {
             cls: msgspec.json.Decoder(cls).decode
@@ -150,9 +168,12 @@ class JsonCodec:
         }
         self._field_codes = dict(field_codes)
         self._encoder = msgspec.json.Encoder()
+        decoders = {sid: msgspec.json.Decoder(spec.union).decode for sid, spec in senders.items()}
+        self._ungated = {
+            sid: self._runner(sid, decode, gated=False) for sid, decode in decoders.items()
+        }
         self._runners = {
-            sid: self._runner(sid, msgspec.json.Decoder(spec.union).decode)
-            for sid, spec in senders.items()
+            sid: self._runner(sid, decode, gated=True) for sid, decode in decoders.items()
         }
 
     def decode(self, data: bytes | str, sender: str) -> Any:
@@ -168,46 +189,111 @@ class JsonCodec:
                 f"{self._protocol}: unknown sender {sender!r}; one of {sorted(self._runners)}"
             ) from None
 
-    def _runner(self, sender: str, decode: Callable[[bytes | str], Any]) -> Callable[[Any], Any]:
-        """Decode, then the checks msgspec cannot do; everything it needs bound as a local."""
-        quarter, check_size, utf8_bytes = self._quarter, self._check_size, self._utf8_bytes
-        checks, recover, error, codes = (
-            self._checks.get,
-            self._recover,
-            self._error,
-            self._codes,
-        )
+    def _finishers(self) -> dict[type, Callable[[Any, bytes | str], None]]:
+        """What decoding does after msgspec, per class: the generated check, and the depth
+        bound where a class holds free-form values (typed fields nest only as the spec does)."""
+        finish: dict[type, Callable[[Any, bytes | str], None]] = {}
+        for cls in self._free_form:
+            check = self._checks.get(cls)
+            finish[cls] = partial(self._check_depth, check)
+        for cls, check in self._checks.items():
+            if cls not in finish:
+                finish[cls] = partial(_only_message, check)
+        return finish
 
+    def _runner(
+        self, sender: str, decode: Callable[[bytes | str], Any], *, gated: bool
+    ) -> Callable[[Any], Any]:
+        """Decode, then the checks msgspec cannot do; everything it needs bound as a local.
+
+        The gated runner takes the common case, a str of at most a quarter of the bound, on
+        its fast path and hands anything else to ``_other``, which calls the ungated one.
+        """
+        quarter, other = self._quarter, self._other
+        finish, recover, failure = self._finish, self._recover, self._failure
+        finished = frozenset(finish)
+
+        # type(x) rather than x.__class__: CPython specialises the call (a Struct's
+        # __class__ goes through a slower attribute look-up).
         def run(data: bytes | str) -> Any:
-            if len(data) > quarter:
-                check_size(data)
-            # A str is text already; bytes may hold anything (msgspec skips unknown fields unread).
-            if not isinstance(data, str) and (type(data) is not bytes or not data.isascii()):
-                data = utf8_bytes(data)
+            if gated and (type(data) is not str or len(data) > quarter):
+                return other(data, sender)
             try:
                 message = decode(data)
             except msgspec.ValidationError as exc:
-                return recover(exc, data, sender)
-            except msgspec.DecodeError as exc:
-                raise error(codes.malformed, f"not valid JSON: {exc}") from None
-            except UnicodeEncodeError:
-                raise error(
-                    codes.malformed, "text holds a lone surrogate (not valid UTF-8)"
-                ) from None
-            except RecursionError:
-                raise error(codes.malformed, "nested too deeply to read") from None
-            check = checks(message.__class__)
-            if check is not None:
-                check(message)
+                message = recover(exc, data, sender)
+            except (msgspec.DecodeError, RecursionError, UnicodeEncodeError) as exc:
+                raise failure(exc) from None
+            if type(message) in finished:
+                finish[type(message)](message, data)
             return message
 
         return run
+
+    def _other(self, data: Any, sender: str) -> Any:
+        """Decode bytes, any other buffer, or a long text.
+
+        A str is text already; bytes may hold anything (msgspec skips unknown fields unread),
+        so they must be UTF-8, and any other buffer is read as the bytes it holds. A message
+        over a quarter of the bound must fit the bound as received, and as voxwire writes it
+        again, so that what decode accepts encode writes.
+        """
+        if data.__class__ is not bytes or not data.isascii():
+            data = self._as_text(data)
+        ungated = self._ungated[sender]
+        if len(data) <= self._quarter:
+            return ungated(data)
+        self._check_size(data)
+        message = ungated(data)
+        payload = message.data if message.__class__ is UnknownMessage else message
+        size = len(self._encoder.encode(payload))
+        if size > self._max:
+            raise self._error(
+                self._codes.too_large,
+                f"{size} bytes as voxwire writes it, at most {self._max}",
+                message_type=message.type,
+            )
+        return message
+
+    def _failure(self, exc: Exception) -> ProtocolError:
+        codes = self._codes
+        if isinstance(exc, RecursionError):
+            return self._error(codes.malformed, self._too_deep)
+        if isinstance(exc, UnicodeEncodeError):
+            return self._error(codes.malformed, "text holds a lone surrogate (not valid UTF-8)")
+        return self._error(codes.malformed, f"not valid JSON: {exc}")
+
+    @property
+    def _too_deep(self) -> str:
+        return f"nested deeper than {self._depth} arrays and objects"
+
+    def _check_depth(self, check: Check | None, message: Any, data: bytes | str) -> None:
+        # Each level opens with [ or {: few of them (the usual case) is proof enough.
+        opens = (
+            data.count("[") + data.count("{")
+            if isinstance(data, str)
+            else data.count(b"[") + data.count(b"{")
+        )
+        if opens > self._depth:
+            value = message.data if message.__class__ is UnknownMessage else message
+            problem = json_value_problem(value, "$", self._depth)
+            if problem is not None:
+                raise self._error(
+                    self._codes.malformed,
+                    problem[1],
+                    path=problem[0],
+                    message_type=message.type,
+                )
+        if check is not None:
+            check(message)
 
     def encode(self, message: Any) -> bytes:
         """Check ``message`` against every rule of the spec and return compact UTF-8 JSON.
 
         What was written is read back by the class's typed decoder and checked as decoding
-        checks it, so encode and decode apply the same rules, types included.
+        checks it, so encode and decode apply the same rules, types included; a value that
+        would read back as another (an offset with seconds, an integer no float holds) is
+        refused by its path.
         """
         cls = message.__class__
         if cls is UnknownMessage:
@@ -218,20 +304,35 @@ class JsonCodec:
             raise TypeError(
                 f"{self._protocol}.encode: not a {self._protocol} message: {cls.__name__}"
             ) from None
+        message_type = message.type
         try:
-            data = self._write(message, message.type)
+            data = self._write(message, message_type)
         except ProtocolError:
-            self._check_json(message, message.type)  # a value JSON cannot carry, by its path
+            self._check_json(message, message_type)  # a value JSON cannot carry, by its path
             raise
+        if cls in self._free_form and data.count(b"[") + data.count(b"{") > self._depth:
+            self._check_json(message, message_type)
         try:
             copy = read_back(data)
         except msgspec.ValidationError as exc:
-            self._recover(exc, data, "")  # raises: the message breaks a rule of its type
+            self._check_json(message, message_type)
+            self._recover(exc, data, "", message_type)  # raises: it breaks a rule of its type
+        except msgspec.DecodeError as exc:  # only a msgspec.Raw writes what is not JSON
+            self._check_json(message, message_type)
+            raise self._error(self._codes.wrong_type, str(exc), message_type=message_type) from None
         if copy != message:
             # msgspec writes NaN as null, int keys as strings, sets as arrays: what was read
-            # back differs. The walk (slow, only now) names the value, or finds it harmless
+            # back differs. The walks (slow, only now) name the value, or find it harmless
             # (a tuple, a Struct or a datetime inside a free-form value).
-            self._check_json(message, message.type)
+            self._check_json(message, message_type)
+            difference = written_difference(message, copy, "$")
+            if difference is not None:
+                raise self._error(
+                    self._codes.invalid_value,
+                    difference[1],
+                    path=difference[0],
+                    message_type=message_type,
+                )
         check = self._checks.get(cls)
         if check is not None:
             check(copy)
@@ -243,8 +344,8 @@ class JsonCodec:
         if tag != message.type or not isinstance(tag, str):
             raise self._error(
                 self._codes.malformed,
-                f"data['type'] is {tag!r}, not the message's type {message.type!r}",
-                message_type=message.type,
+                f"data['type'] is {_shown(tag)}, not the message's type {_shown(message.type)}",
+                message_type=message.type if isinstance(message.type, str) else None,
             )
         if tag in self._all_types:
             raise self._error(
@@ -259,16 +360,25 @@ class JsonCodec:
         for sender, spec in self._senders.items():
             if spec.accepts_unknown:
                 try:
-                    self._runners[sender](data)
-                    return data
+                    copy = self._runners[sender](data)
                 except ProtocolError as exc:
                     problem = exc
+                    continue
+                difference = written_difference(message.data, copy.data, "$")
+                if difference is not None:
+                    raise self._error(
+                        self._codes.invalid_value,
+                        difference[1],
+                        path=difference[0],
+                        message_type=tag,
+                    )
+                return data
         raise problem or self._error(
             self._codes.unknown_type, "no sender may send a type it does not know", message_type=tag
         )
 
     def _check_json(self, value: Any, message_type: str) -> None:
-        problem = json_value_problem(value, "$")
+        problem = json_value_problem(value, "$", self._depth)
         if problem is not None:
             raise self._error(
                 self._codes.wrong_type, problem[1], path=problem[0], message_type=message_type
@@ -283,7 +393,7 @@ class JsonCodec:
                 "text holds a lone surrogate (not valid UTF-8)",
                 message_type=message_type,
             ) from None
-        except (TypeError, msgspec.EncodeError, RecursionError) as exc:
+        except (TypeError, ValueError, msgspec.EncodeError, RecursionError) as exc:
             raise self._error(self._codes.wrong_type, str(exc), message_type=message_type) from None
         if len(data) > self._max:
             raise self._error(
@@ -293,9 +403,32 @@ class JsonCodec:
             )
         return data
 
-    def _utf8_bytes(self, data: bytes | bytearray | memoryview) -> bytes:
-        """``data`` as bytes, once it is known to be UTF-8 (what a text frame must be)."""
-        blob = bytes(data)
+    def _as_text(self, data: object) -> bytes | str:
+        """Any buffer as the bytes it holds (its size checked first), once they are known to
+        be UTF-8, what a text frame must be; a str subclass as a str."""
+        if isinstance(data, str):
+            return str(data)
+        if isinstance(data, bytes):
+            blob = data
+            if len(blob) > self._max:  # the size first, as for any other buffer
+                raise self._error(
+                    self._codes.too_large, f"message of {len(blob)} bytes, at most {self._max}"
+                )
+        else:
+            try:
+                view = memoryview(data)  # type: ignore[arg-type]
+            except TypeError:
+                raise TypeError(
+                    f"{self._protocol}.decode: expected str or a bytes-like object, "
+                    f"not {type(data).__name__}"
+                ) from None
+            with view:
+                if view.nbytes > self._max:
+                    raise self._error(
+                        self._codes.too_large,
+                        f"message of {view.nbytes} bytes, at most {self._max}",
+                    )
+                blob = view.tobytes()
         try:
             blob.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -323,24 +456,25 @@ class JsonCodec:
             )
 
     def _recover(
-        self, exc: msgspec.ValidationError, data: bytes | str, sender: str
+        self,
+        exc: msgspec.ValidationError,
+        data: bytes | str,
+        sender: str,
+        message_type: str | None = None,
     ) -> UnknownMessage:
-        """Turn msgspec's complaint into the protocol's error, or an ``UnknownMessage``."""
+        """Turn msgspec's complaint into the protocol's error, or an ``UnknownMessage``.
+
+        msgspec stops at the first invalid value. The error path reads no deeper than a
+        decoder does: the first ``type`` (the one the union dispatched on) comes from a
+        decoder of ``type`` alone that skips the rest, which also finds text after the
+        complaint that is not JSON, and a later ``type`` that says another thing.
+        """
         text = str(exc)
         detail, sep, where = text.rpartition(" - at `")
         path = where[:-1] if sep else "$"
         if not sep:
             detail = text
         codes = self._codes
-        # msgspec stops at the first invalid value: the rest of the text may not even be JSON.
-        try:
-            _ANY.decode(data)
-        except msgspec.DecodeError as error:
-            raise self._error(codes.malformed, f"not valid JSON: {error}") from None
-        except RecursionError:
-            raise self._error(codes.malformed, "nested too deeply to read") from None
-        except msgspec.ValidationError:
-            pass  # a number out of range, handled below
         if detail.startswith("Number out of range"):
             raise self._error(
                 codes.malformed, "a number too large to represent", path=path
@@ -349,11 +483,12 @@ class JsonCodec:
             raise self._error(codes.malformed, "not a JSON object") from None
         if detail == "Object missing required field `type`" and path == "$":
             raise self._error(codes.malformed, "the object has no `type` field") from None
-        if path == "$.type":
+        if path == "$.type" and message_type is None:
             if detail.startswith("Expected `str`"):
                 raise self._error(codes.malformed, "`type` is not a string") from None
             return self._unknown_tag(data, sender)
-        message_type = _TYPE_ONLY.decode(data).type
+        if message_type is None:
+            message_type = self._head_type(data, sender)
         missing = _MISSING.fullmatch(detail)
         if missing:
             path = f"{path}.{missing.group(1)}"
@@ -374,26 +509,50 @@ class JsonCodec:
             code = override
         raise self._error(code, detail, path=path, message_type=message_type) from None
 
-    def _unknown_tag(self, data: bytes | str, sender: str) -> UnknownMessage:
-        types = _top_level_types(data)
-        if len(set(types)) > 1:
+    def _head_type(self, data: bytes | str, sender: str) -> str:
+        """The type the sender's union dispatched on, reading ``type`` alone."""
+        try:
+            head = self._heads[sender](data)
+        except msgspec.ValidationError:
             raise self._error(
-                self._codes.malformed,
-                f"`type` is repeated with different values: {', '.join(map(repr, types))}",
+                self._codes.malformed, "`type` is repeated with another value", path="$.type"
             ) from None
+        except (msgspec.DecodeError, RecursionError) as exc:
+            raise self._failure(exc) from None
+        tag: str = head.__struct_config__.tag
+        return tag
+
+    def _unknown_tag(self, data: bytes | str, sender: str) -> UnknownMessage:
+        codes = self._codes
+        try:
+            whole = _ANY.decode(data)
+        except msgspec.ValidationError:
+            raise self._error(codes.malformed, "a number too large to represent") from None
+        except (msgspec.DecodeError, RecursionError) as exc:
+            raise self._failure(exc) from None
+        problem = json_value_problem(whole, "$", self._depth)
+        if problem is not None:  # only depth: it was read as JSON
+            raise self._error(codes.malformed, problem[1], path=problem[0])
+        types = _top_level_types(data)
         message_type = types[0]
+        if not isinstance(message_type, str) or any(t != message_type for t in types[1:]):
+            raise self._error(
+                codes.malformed,
+                f"`type` is repeated with different values: {', '.join(map(_shown, types))}",
+                path="$.type",
+            ) from None
         if message_type in self._all_types:
             senders = sorted(
                 s for s, types in self._types_by_sender.items() if message_type in types
             )
             raise self._error(
-                self._codes.wrong_sender,
+                codes.wrong_sender,
                 f"the {sender} may not send it (sent by: {', '.join(senders)})",
                 message_type=message_type,
             ) from None
         if not self._senders[sender].accepts_unknown:
             raise self._error(
-                self._codes.unknown_type,
+                codes.unknown_type,
                 f"unknown message type from the {sender}",
                 message_type=message_type,
             ) from None
@@ -402,8 +561,8 @@ class JsonCodec:
             try:
                 envelope(data)
             except msgspec.ValidationError as exc:
-                return self._recover(exc, data, sender)
-        return UnknownMessage(type=message_type, data=_ANY.decode(data))
+                return self._recover(exc, data, sender, message_type)
+        return UnknownMessage(type=message_type, data=whole)
 
 
 def field_of_refused(data: bytes | str, name: str) -> Any:
@@ -411,7 +570,7 @@ def field_of_refused(data: bytes | str, name: str) -> Any:
     (not a JSON object, or no such field): what a refusal echoes, such as a command's id."""
     try:
         value = _ANY.decode(data)
-    except (msgspec.DecodeError, RecursionError):
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None
     return value.get(name) if isinstance(value, dict) else None
 
@@ -422,7 +581,7 @@ def without_item(data: bytes | str, name: str, index: int) -> bytes | None:
     such item."""
     try:
         value = _ANY.decode(data)
-    except (msgspec.DecodeError, RecursionError):
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None
     items = value.get(name) if isinstance(value, dict) else None
     if not isinstance(items, list) or not 0 <= index < len(items):
@@ -431,18 +590,25 @@ def without_item(data: bytes | str, name: str, index: int) -> bytes | None:
     return msgspec.json.encode(value)
 
 
-def _top_level_types(data: bytes | str) -> list[str]:
-    """Every value of the object's top-level ``type`` key, in order (error path only)."""
+def _only_message(check: Check, message: Any, data: bytes | str) -> None:
+    check(message)
+
+
+def _shown(value: object) -> str:
+    """A short repr of any value, however deep or long (reprlib stops at a few levels)."""
+    return reprlib.repr(value)
+
+
+def _top_level_types(data: bytes | str) -> list[object]:
+    """Every value of the object's top-level ``type`` key, in order (error path only, on a
+    text msgspec has read whole and found no deeper than the bound: json reads it too)."""
     pairs: list[tuple[str, Any]] = []
 
     def keep(found: list[tuple[str, Any]]) -> dict[str, Any]:
         pairs[:] = found  # the top-level object is the last one the parser closes
         return {}
 
-    try:
-        json.loads(data, object_pairs_hook=keep)
-    except RecursionError:  # deeper than Python's json reads; msgspec's tag lookup had one type
-        return [_TYPE_ONLY.decode(data).type]
+    json.loads(data, object_pairs_hook=keep, parse_int=len, parse_float=len)
     return [value for key, value in pairs if key == "type"]
 
 
@@ -453,3 +619,37 @@ def _tags(union: Any) -> frozenset[str]:
         for member in members
         if isinstance(member.__struct_config__.tag, str)
     )
+
+
+def _head_union(types: frozenset[str]) -> Any:
+    """A union of one Struct per type with no field but the tag: decoding it reads the first
+    ``type`` as the sender's union does (a later one must repeat it) and skips the rest."""
+    heads = tuple(
+        msgspec.defstruct(f"_Head{i}", [], tag_field="type", tag=tag)
+        for i, tag in enumerate(sorted(types))
+    )
+    return heads[0] if len(heads) == 1 else Union[heads]  # noqa: UP007
+
+
+def _holds_free_form(cls: type) -> bool:
+    """Whether a Struct may hold a value of any JSON type, at any depth (``Any``)."""
+    seen: set[Any] = set()
+    stack: list[Any] = [msgspec.inspect.type_info(cls)]
+    while stack:
+        info = stack.pop()
+        if isinstance(info, msgspec.inspect.AnyType):
+            return True
+        key = id(info)
+        if key in seen:
+            continue
+        seen.add(key)
+        if isinstance(info, msgspec.inspect.StructType):
+            stack.extend(f.type for f in info.fields)
+        else:
+            for name in ("item_type", "key_type", "value_type", "types", "item_types"):
+                inner = getattr(info, name, None)
+                if isinstance(inner, tuple):
+                    stack.extend(inner)
+                elif inner is not None:
+                    stack.append(inner)
+    return False

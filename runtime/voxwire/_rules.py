@@ -12,6 +12,7 @@ import math
 import re
 from collections.abc import Sequence
 from datetime import datetime
+from enum import Enum
 from typing import Any, Final
 
 import msgspec
@@ -34,6 +35,7 @@ __all__ = [
     "requires",
     "unique",
     "utf8_size",
+    "written_difference",
 ]
 
 
@@ -98,36 +100,89 @@ def requires(
     return f"{names[0]} requires {names[1]} == {expected!r}, got {other_value!r}"
 
 
-def json_value_problem(value: object, path: str) -> tuple[str, str] | None:
+def json_value_problem(value: object, path: str, max_depth: int) -> tuple[str, str] | None:
     """Find the first part of a JSON value (or a message's) that JSON cannot carry.
 
     Returns (path, detail) or ``None``. NaN and the infinities have no JSON form (an encoder
-    would write ``null``); keys must be strings; anything else must be a JSON type.
+    would write ``null``); keys must be strings; ``value`` itself is nested 1 deep and nothing
+    in it may be nested more than ``max_depth`` arrays and objects deep (a value that contains
+    itself is found so too); anything else must be a JSON type. The walk keeps its own stack:
+    no depth of input makes it recurse.
     """
-    stack: list[tuple[object, str]] = [(value, path)]
+    stack: list[tuple[object, str, int]] = [(value, path, 1)]
     while stack:
-        item, where = stack.pop()
+        item, where, depth = stack.pop()
         if item is None or isinstance(item, str | bool | int | datetime):
             continue  # a datetime is a typed field's value: its own decoder checks it
         if isinstance(item, float):
             if not math.isfinite(item):
                 return where, f"{item!r} is not a JSON number"
-        elif isinstance(item, dict):
+            continue
+        if depth > max_depth:
+            return where, f"nested deeper than {max_depth} arrays and objects"
+        if isinstance(item, dict):
             for key, child in item.items():
                 if not isinstance(key, str):
                     return where, f"key {key!r} is not a string"
-                stack.append((child, f"{where}.{key}"))
+                stack.append((child, f"{where}.{key}", depth + 1))
         elif isinstance(item, list | tuple):
-            stack.extend((child, f"{where}[{i}]") for i, child in enumerate(item))
+            stack.extend((child, f"{where}[{i}]", depth + 1) for i, child in enumerate(item))
         elif isinstance(item, msgspec.Struct):
             for name, wire in zip(
                 item.__struct_fields__, item.__struct_encode_fields__, strict=True
             ):
                 child = getattr(item, name)
                 if child is not msgspec.UNSET:
-                    stack.append((child, f"{where}.{wire}"))
+                    stack.append((child, f"{where}.{wire}", depth + 1))
+        elif isinstance(item, msgspec.Raw):
+            return where, "a msgspec.Raw is not checked JSON: pass the value it holds"
         else:
             return where, f"a value of type {type(item).__name__} is not JSON"
+    return None
+
+
+def written_difference(value: object, copy: object, path: str) -> tuple[str, str] | None:
+    """The first place where ``copy`` (``value`` written as JSON and read back) says another
+    thing than ``value``, as (path, detail); ``None`` when every difference is JSON's own
+    spelling: a tuple read back as a list, or a datetime, a Struct or an enum inside a
+    free-form value read back as its JSON form. Call it once ``value`` is JSON
+    (``json_value_problem``): the walk is bounded by that depth.
+    """
+    stack: list[tuple[object, object, str]] = [(value, copy, path)]
+    while stack:
+        mine, theirs, where = stack.pop()
+        if isinstance(mine, msgspec.Struct) and type(theirs) is type(mine):
+            for name, wire in zip(
+                mine.__struct_fields__, mine.__struct_encode_fields__, strict=True
+            ):
+                stack.append((getattr(mine, name), getattr(theirs, name), f"{where}.{wire}"))
+        elif isinstance(mine, dict) and isinstance(theirs, dict):
+            if mine.keys() != theirs.keys():
+                return where, "its keys do not read back the same"
+            stack.extend((child, theirs[key], f"{where}.{key}") for key, child in mine.items())
+        elif isinstance(mine, list | tuple) and isinstance(theirs, list):
+            if len(mine) != len(theirs):
+                return where, "its items do not read back the same"
+            stack.extend(
+                (child, other, f"{where}[{i}]")
+                for i, (child, other) in enumerate(zip(mine, theirs, strict=True))
+            )
+        elif isinstance(mine, datetime) and isinstance(theirs, datetime):
+            if mine != theirs or mine.utcoffset() != theirs.utcoffset():
+                return where, (
+                    f"{mine.isoformat()} would be written as {theirs.isoformat()}, another "
+                    "instant: RFC 3339 writes a UTC offset in whole minutes"
+                )
+        elif isinstance(mine, datetime | msgspec.Struct | Enum) and isinstance(
+            theirs, str | int | dict
+        ):
+            continue  # a free-form value: written in its JSON form, as documented
+        elif type(mine) is not type(theirs) and not (
+            isinstance(mine, int) and not isinstance(mine, bool) and type(theirs) is float
+        ):
+            return where, f"{mine!r} reads back as {theirs!r}"
+        elif mine != theirs:
+            return where, f"{mine!r} reads back as {theirs!r}: it is not exactly a JSON number"
     return None
 
 
@@ -153,7 +208,7 @@ def json_equal(a: Any, b: Any) -> bool:
     return type(a) is type(b) and bool(a == b)
 
 
-_DATE_TIME: Final = re.compile(r"^\d{4}-\d\d-\d\d[Tt ]\d\d:\d\d:\d\d(\.\d+)?([Zz]|[+-]\d\d:\d\d)$")
+_DATE_TIME: Final = re.compile(r"^\d{4}-\d\d-\d\d[Tt ]\d\d:\d\d:\d\d(\.\d+)?([Zz]|[+-]\d\d:?\d\d)$")
 
 
 def _same_instant(a: str, b: str) -> bool:

@@ -900,6 +900,7 @@ class AgentServer:
                 seq=start.seq,
             )
         )
+        session._call(start.type, start)  # the resumption's session.start
         return session
 
     def _handle_outputs(
