@@ -909,6 +909,13 @@ def load_against(ref: str, root: Path = ROOT) -> list[Protocol]:
         return [_resolve(p, str(p)) for p in sorted(given.glob("*.yaml"))]
     if given.is_file():
         return [_resolve(given, ref)]
+    known = subprocess.run(
+        ["git", "-C", str(root), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+        capture_output=True,
+        check=False,
+    )
+    if known.returncode != 0:
+        raise SpecError([Problem(ref, 1, "", f"neither a spec path nor a git ref of {root}")])
     with tempfile.TemporaryDirectory() as tmp:
         out = []
         for path in spec_files(root):

@@ -122,6 +122,17 @@ def check(root: Path = ROOT) -> list[Drift]:
     return drifts
 
 
+BUILD_OUTPUTS = frozenset({"__pycache__", "node_modules", "dist"})
+"""Folders that building a generated package creates inside it (Python's bytecode; npm's install
+and the TypeScript build): never orphans, never removed (.gitignore keeps them out of git)."""
+
+
+def _build_output(path: Path) -> bool:
+    if path.name == "package-lock.json" or path.suffix == ".tgz":  # npm install, npm pack
+        return True
+    return bool(BUILD_OUTPUTS.intersection(path.parts))
+
+
 def _orphans(root: Path, wanted: dict[str, str]) -> list[str]:
     found = []
     for folder in GENERATED_ROOTS:
@@ -130,6 +141,6 @@ def _orphans(root: Path, wanted: dict[str, str]) -> list[str]:
             continue
         for path in sorted(base.rglob("*")):
             rel = str(path.relative_to(root))
-            if path.is_file() and rel not in wanted and "__pycache__" not in rel:
+            if path.is_file() and rel not in wanted and not _build_output(path):
                 found.append(rel)
     return found

@@ -10,6 +10,7 @@ package in ``generated/typescript`` as a user would get it (``npm pack``, which 
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import functools
 import json
@@ -111,8 +112,11 @@ def tool(name: str) -> str:
 def packed() -> Path:
     """The tarball ``npm pack`` makes of the generated package (it compiles it first)."""
     work = Path(tempfile.mkdtemp(prefix="voxwire-ts-pack-"))
+    atexit.register(shutil.rmtree, work, ignore_errors=True)
     package = work / "package"
-    shutil.copytree(ROOT / ROOT_DIR, package)
+    # The sources only: a local `npm install` or `npm pack` in the checkout leaves its outputs.
+    outputs = shutil.ignore_patterns("node_modules", "dist", "*.tgz", "package-lock.json")
+    shutil.copytree(ROOT / ROOT_DIR, package, ignore=outputs)
     (package / "node_modules").symlink_to(tools())
     done = run(["npm", "pack", "--json", "--pack-destination", str(work)], package)
     listing = json.loads(done.stdout)
@@ -144,6 +148,7 @@ def consumer() -> Consumer:
     """A project that installed the packed tarball, as a user's would (no registry needed)."""
     tarball = packed()
     root = Path(tempfile.mkdtemp(prefix="voxwire-ts-consumer-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
     (root / "package.json").write_text(
         json.dumps({"name": "consumer", "private": True, "type": "module"})
     )

@@ -764,7 +764,7 @@ def test_an_unknown_ref_is_a_clear_error() -> None:
         timeout=60,
     )
     assert run.returncode == 2
-    assert "no-such-ref-xyz:spec/" in run.stderr
+    assert "no-such-ref-xyz:1: neither a spec path nor a git ref of" in run.stderr
     assert "Traceback" not in run.stderr
 
 

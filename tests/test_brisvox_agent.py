@@ -513,6 +513,8 @@ async def test_a_lost_link_is_parked_and_taken_up_again() -> None:
         assert isinstance(accept, brisvox.SessionAccept) and accept.resume
         await engine.send(frame("user.text", 2, epoch=1, text="before"))
         await recorder.wait_for(brisvox.UserText)
+        starts: list[brisvox.SessionStart] = []
+        recorder.sessions[0].on("session.start", starts.append)
         engine.ws.transport.abort()
         async with asyncio.timeout(DEADLINE):
             while not recorder.sessions[0].parked:
@@ -528,6 +530,7 @@ async def test_a_lost_link_is_parked_and_taken_up_again() -> None:
         [lost] = await recorder.wait_for(brisvox.EventsLost)
         assert lost.count == 1 and recorder.sessions[0].resumes == 1
         assert len(recorder.sessions) == 1  # no second on_session
+        assert [start.seq for start in starts] == [5]  # the handler saw the resumption's start
 
 
 @aio

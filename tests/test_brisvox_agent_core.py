@@ -224,16 +224,6 @@ def test_the_event_buffer_drops_the_newest_and_reports_where_the_gap_is() -> Non
     assert buffer.lost_total == 2 and buffer.finished
 
 
-def test_the_event_buffer_counts_an_outage_and_a_clear() -> None:
-    buffer: EventBuffer[str] = EventBuffer(4)
-    buffer.push("a")
-    assert buffer.clear() == 1
-    buffer.drop(3)
-    assert buffer.take_lost() == 4 and buffer.pop() is None
-    with pytest.raises(ValueError, match="at least 1"):
-        EventBuffer(0)
-
-
 def test_the_resume_registry_parks_for_the_window_then_forgets() -> None:
     registry = ResumeRegistry(15.0)
     registry.live("42")

@@ -11,10 +11,11 @@ from websockets.asyncio.client import connect
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed, ConnectionClosedError
 
+from tests.faultproxy import FaultProxy
 from tests.peers.raw import aio
 from tests.servers import free_port
 from voxwire.cluster import Owner
-from voxwire.cluster.relay import RelayFailed, RelayResult, relay
+from voxwire.cluster.relay import Keepalive, RelayFailed, RelayResult, relay
 
 SUBPROTOCOL = "voxwire.orbit-voice.1.0"
 
@@ -147,3 +148,23 @@ async def test_an_owner_that_is_gone_fails_fast_before_anything_is_relayed() -> 
         assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
     assert asyncio.get_running_loop().time() - started < 2.0
     assert isinstance(results[0], RelayFailed) and "owner dead" in str(results[0])
+
+
+@aio
+async def test_a_client_that_goes_silent_behind_the_relay_is_dropped_on_both_sides() -> None:
+    results: list[RelayResult | Exception] = []
+    keepalive = Keepalive(interval=0.1, timeout=0.2)
+    async with (
+        owner_server() as (owner, _),
+        front(owner, results, keepalive=keepalive) as port,
+        FaultProxy(port) as proxy,
+        _client(proxy.port) as ws,
+    ):
+        await ws.send("hello")
+        assert await ws.recv() == "owner:hello"
+        started = asyncio.get_running_loop().time()
+        proxy.blackhole()  # the client's packets stop, and nothing tells the relay
+        while not results:
+            await asyncio.sleep(0.02)
+        assert asyncio.get_running_loop().time() - started < 1.5  # interval + timeout, and slack
+    assert isinstance(results[0], RelayResult) and results[0].closed_by == "drop"

@@ -47,35 +47,41 @@ def test_the_installed_package_compiles_strict_and_passes_its_node_tests() -> No
     assert "# fail 0" in done.stdout, done.stdout
 
 
-def test_every_conformance_vector_passes_through_the_typescript_testee() -> None:
+def _conformance(*selection: str) -> str:
+    """Run the selected vectors through the TypeScript testee; its report (exit status 0)."""
     testee = consumer().package / "dist" / "conformance" / "testee.js"
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "voxwire.conformance",
-            "--testee",
-            f"{node()} {testee}",
-            # The kinds a binding implements; session cases drive a side's state machine (the
-            # TypeScript binding has no gateway or agent, and its client is not sans-I/O yet).
-            "--kind",
-            "decode",
-            "--kind",
-            "frame",
-        ],
+        [sys.executable, "-m", "voxwire.conformance", "--testee", f"{node()} {testee}", *selection],
         capture_output=True,
         text=True,
         timeout=600,
         check=False,
     )
-    report = done.stdout
-    assert done.returncode == 0, report[-6000:]
+    assert done.returncode == 0, done.stdout[-6000:]
     # --testee runs with an empty expected-failures list: every case must pass.
+    assert "expected failures" not in done.stdout
+    return done.stdout
+
+
+def _all_passed(report: str, kind: str) -> None:
+    line = next(x for x in report.splitlines() if x.startswith(kind + ":"))
+    total, passed = (int(word) for word in line.replace(",", "").split()[2:5:2])
+    assert total == passed and total > 0, line
+
+
+def test_every_decode_and_frame_vector_passes_through_the_typescript_testee() -> None:
+    report = _conformance("--kind", "decode", "--kind", "frame")
     for kind in ("brisvox decode", "ovp decode", "ovp frame"):
-        line = next(x for x in report.splitlines() if x.startswith(kind + ":"))
-        total, passed = (int(word) for word in line.replace(",", "").split()[2:5:2])
-        assert total == passed and total > 0, line
-    assert "expected failures" not in report
+        _all_passed(report, kind)
+
+
+def test_every_ovp_client_session_vector_passes_through_the_typescript_client() -> None:
+    """The session cases of the side the TypeScript binding has (its OVP client), played through
+    OvpClient over a scripted WebSocket; it has no gateway or Brisvox agent to play the others."""
+    report = _conformance(
+        "--kind", "session", "--protocol", "ovp", "--match", "ovp/session/client/"
+    )
+    _all_passed(report, "ovp session")
 
 
 def test_every_typescript_block_of_the_docs_compiles_strict(tmp_path: Path) -> None:

@@ -121,6 +121,12 @@ def test_the_typescript_client_in_chromium_survives_a_drop() -> None:
             async with chromium_page() as page:
                 query = urllib.parse.urlencode({"url": url, "session": session_id, "token": tok})
                 await page.goto(f"{site}/scenario.html?{query}")
+                # The premise of the alias: the browser refuses the document's value outright.
+                refusal = await page.evaluate(
+                    "() => { try { new WebSocket('ws://127.0.0.1:9', ['orbit-voice/1.0']); "
+                    "return 'accepted'; } catch (error) { return error.name; } }"
+                )
+                assert refusal == "SyntaxError"
                 await page.wait_for_function("window.result !== undefined", timeout=40_000)
                 answer: dict[str, Any] = await page.evaluate("window.result")
                 assert "error" not in answer, (answer, page.console_lines)

@@ -219,7 +219,13 @@ def _jsdoc(text: str, indent: int) -> str:
 
 def _protocol_modules(p: Protocol) -> dict[str, str]:
     modules = {
-        "constants": _render("constants.ts.j2", p, groups=_constant_groups(p)),
+        "constants": _render(
+            "constants.ts.j2",
+            p,
+            groups=_constant_groups(p),
+            close_codes=p.close_codes,
+            close_name=ts.close_code_enum(),
+        ),
         "errors": _render("errors.ts.j2", p),
         "messages": _render(
             "messages.ts.j2",

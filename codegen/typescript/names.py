@@ -14,6 +14,7 @@ from codegen import names
 
 __all__ = [
     "PACKAGE",
+    "close_code_enum",
     "enum_values",
     "field_set",
     "flag",
@@ -77,6 +78,11 @@ def frame_size(frame_name: str) -> str:
 def flag(flag_name: str) -> str:
     """``silence`` -> ``FLAG_SILENCE``, as in Python."""
     return names.flag(flag_name)
+
+
+def close_code_enum() -> str:
+    """The const object of a protocol's close codes: ``CloseCode``, as in Python."""
+    return names.CLOSE_CODE
 
 
 def property_key(wire_name: str) -> str:

@@ -3,6 +3,8 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
+import WebSocket from "ws";
+
 import * as ovp from "voxwire/ovp";
 import { OvpClient, type WebSocketConstructor } from "voxwire/ovp/client";
 
@@ -134,4 +136,11 @@ test("the wrong direction is refused at run time too", async () => {
   assert.throws(() => client.on("session.update" as never, () => undefined), /a client handles only server events/);
   assert.throws(() => client.send("agent.thinking" as never, {} as never), /a client does not send "agent.thinking"/);
   assert.throws(() => client.send("session.resume" as never, {} as never), /sent by the client itself/);
+});
+
+test("the premise of the alias: ws refuses the document's subprotocol, takes the alias", () => {
+  assert.throws(() => new WebSocket("ws://127.0.0.1:9", [ovp.SUBPROTOCOL]), SyntaxError);
+  const socket = new WebSocket("ws://127.0.0.1:9", [ovp.SUBPROTOCOL_ALIAS]);
+  socket.on("error", () => undefined); // nothing listens on port 9
+  socket.terminate();
 });

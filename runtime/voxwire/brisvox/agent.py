@@ -107,6 +107,7 @@ from voxwire.brisvox.roles import AgentReceives, AgentSends
 from voxwire.capture import CaptureWriter, Record, Recorder, open_recorder
 from voxwire.clock import SYSTEM_CLOCK, Clock
 from voxwire.cluster import Directory, StoreUnavailable
+from voxwire.cluster.relay import Keepalive as RelayKeepalive
 from voxwire.cluster.relay import RelayFailed, carry, open_relay
 from voxwire.errors import SessionClosed, VoxwireError
 from voxwire.link import Keepalive, Link, Outbound, Overflow, Put
@@ -899,6 +900,7 @@ class AgentServer:
                 seq=start.seq,
             )
         )
+        session._call(start.type, start)  # the resumption's session.start
         return session
 
     def _handle_outputs(
@@ -1094,7 +1096,11 @@ class AgentServer:
             return False
         log.info("session %s: parked on %s; relaying the resumption", session_id, owner.process_id)
         await link.out.stop()  # the owner's link speaks on this connection now
-        await carry(link.ws, upstream, owner, first=[raw])
+        silence = (SILENCE_TIMEOUT_MS - PING_INTERVAL_MS) / 1000
+        keepalive = RelayKeepalive(
+            self.clock.real_seconds(PING_INTERVAL_MS / 1000), self.clock.real_seconds(silence)
+        )
+        await carry(link.ws, upstream, owner, first=[raw], keepalive=keepalive)
         return True
 
     # -- plumbing -------------------------------------------------------------------------------

@@ -1,10 +1,9 @@
 """The sans-I/O core of the Brisvox engine side: :class:`EngineCore`, one per call.
 
-A core owns the protocol's rules and nothing else: no socket, task, clock or logging. Every input
-is a method call that carries ``now`` (seconds on the adapter's clock) and returns what happened,
-in order: what to write (:class:`~voxwire.sansio.SendText` for control messages, never dropped;
-:class:`SendEvent` for events, which the link may drop and count; :class:`CloseAfter` for the
-call's end) and events (the dataclasses below).
+Sans-I/O as the agent side's core (:mod:`voxwire.brisvox.agent_core`): each input is a call with
+``now``, and its outputs are what to write (:class:`~voxwire.sansio.SendText` for control
+messages, never dropped; :class:`SendEvent` for events, which the link may drop and count;
+:class:`CloseAfter` for the call's end) and what happened (the dataclasses below).
 
 ```text
 core = EngineCore(session_id="42", agent="luigi", now=now)   # one per call
@@ -442,7 +441,9 @@ _ITEM_PATH: Final = re.compile(r"\$\.(tools|events|context)\[(\d+)\]")
 def _queue_form(message: ServerMessage) -> bytes:
     """``message`` checked and encoded with the widest envelope, which :meth:`EngineCore.stamp`
     replaces by the real one (never longer). Raises ProtocolError."""
-    return encode(msgspec.structs.replace(message, seq=JSON_SAFE_INTEGER, t_ms=JSON_SAFE_INTEGER))
+    if message.seq != JSON_SAFE_INTEGER or message.t_ms != JSON_SAFE_INTEGER:  # not built so
+        message = msgspec.structs.replace(message, seq=JSON_SAFE_INTEGER, t_ms=JSON_SAFE_INTEGER)
+    return encode(message)
 
 
 def _control(message: ServerMessage) -> SendText:

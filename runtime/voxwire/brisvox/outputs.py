@@ -156,33 +156,10 @@ class EventBuffer(Generic[T]):
         self._pushed += 1
         return True
 
-    def drop(self, count: int) -> None:
-        """Count ``count`` items that never reached the buffer (an outage) as dropped here."""
-        if count > 0:
-            if self._lost == 0:
-                self._gap_after = self._pushed
-            self._lost += count
-            self.lost_total += count
-
     def finish(self, item: T) -> None:
         """Queue the final item (once): delivered after everything queued before it."""
         if self._final is None:
             self._final = item
-
-    def clear(self) -> int:
-        """Drop what is queued (not the final item); return how many, counted as dropped too."""
-        dropped = len(self._items)
-        self._items.clear()
-        self._popped = self._pushed
-        self._gap_after = self._pushed
-        self._lost += dropped
-        self.lost_total += dropped
-        return dropped
-
-    def take_lost(self) -> int:
-        """Forget the unreported dropped count and return it (it is reported elsewhere)."""
-        lost, self._lost = self._lost, 0
-        return lost
 
     def pop(self) -> T | EventsDropped | None:
         """The next item, an :class:`EventsDropped` where a gap is, or None when empty."""
@@ -196,7 +173,3 @@ class EventBuffer(Generic[T]):
             self._final_done = True
             return self._final
         return None
-
-    def peek_is_event(self) -> bool:
-        """Whether :meth:`pop` would return a queued (non-final) item or a gap report."""
-        return bool(self._items) or bool(self._lost and self._popped >= self._gap_after)

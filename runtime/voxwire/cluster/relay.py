@@ -12,6 +12,9 @@ binary, in order, until one side closes. The owner sees an ordinary resume.
   client sees its link drop, as it would have at the owner, and may resume again.
 - An owner that cannot be reached within ``open_timeout`` raises :class:`RelayFailed` before
   anything was sent to the client: the caller refuses the resume as if no owner existed.
+- Pings do not cross a relay (each hop answers its own), so the relay pings both sides itself
+  (:class:`Keepalive`, the protocol's interval): a side that went silent is dropped, and the
+  other with it.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from websockets.frames import CloseCode
 from voxwire.cluster.directory import Owner
 from voxwire.hosts import redact_url
 
-__all__ = ["RelayFailed", "RelayResult", "carry", "open_relay", "relay"]
+__all__ = ["Keepalive", "RelayFailed", "RelayResult", "carry", "open_relay", "relay"]
 
 _log = logging.getLogger(__name__)
 
@@ -58,6 +61,7 @@ async def relay(
     first: Iterable[str | bytes] = (),
     open_timeout: float = 2.0,
     max_size: int | None = 2**20,
+    keepalive: Keepalive | None = None,
 ) -> RelayResult:
     """Carry ``link`` (already accepted here) to ``owner``, which serves the same ``path``
     (path and query of the original request); return when the relayed link ends.
@@ -74,7 +78,7 @@ async def relay(
         open_timeout=open_timeout,
         max_size=max_size,
     )
-    return await carry(link, upstream, owner, first=first)
+    return await carry(link, upstream, owner, first=first, keepalive=keepalive)
 
 
 async def open_relay(
@@ -106,17 +110,38 @@ async def open_relay(
         raise RelayFailed(f"the owner {owner.process_id} at {redact_url(url)}: {why}") from exc
 
 
+@dataclass(frozen=True)
+class Keepalive:
+    """How a relay keeps both of its connections alive: a ping every ``interval`` seconds on
+    each, and a side whose pong has not come ``timeout`` seconds later is taken for dropped (a
+    black-holed client, an owner behind a dead route): both sides are dropped then."""
+
+    interval: float
+    timeout: float
+
+
 async def carry(
-    link: Connection, upstream: ClientConnection, owner: Owner, *, first: Iterable[str | bytes] = ()
+    link: Connection,
+    upstream: ClientConnection,
+    owner: Owner,
+    *,
+    first: Iterable[str | bytes] = (),
+    keepalive: Keepalive | None = None,
 ) -> RelayResult:
-    """Send ``first`` to the owner, then copy both ways until one side ends (see the module)."""
+    """Send ``first`` to the owner, then copy both ways until one side ends (see the module).
+
+    Neither end pings through a relay (each hop answers pings by itself), so a relay without
+    ``keepalive`` would never notice a side that went silent: give it the protocol's.
+    """
     async with upstream:
         for message in first:
             await upstream.send(message)
-        return await _pump(link, upstream, owner)
+        return await _pump(link, upstream, owner, keepalive)
 
 
-async def _pump(link: Connection, upstream: ClientConnection, owner: Owner) -> RelayResult:
+async def _pump(
+    link: Connection, upstream: ClientConnection, owner: Owner, keepalive: Keepalive | None
+) -> RelayResult:
     counts = {"to_owner": 0, "from_owner": 0}
 
     async def copy(source: Connection, target: Connection, count: str) -> None:
@@ -124,25 +149,47 @@ async def _pump(link: Connection, upstream: ClientConnection, owner: Owner) -> R
             await target.send(message)
             counts[count] += 1
 
+    async def watch(side: Connection) -> None:
+        assert keepalive is not None
+        while True:
+            await asyncio.sleep(keepalive.interval)
+            pong = await side.ping()
+            try:
+                async with asyncio.timeout(keepalive.timeout):
+                    await pong
+            except TimeoutError:
+                _log.info(
+                    "relay to %s: no pong in %g s; dropping", owner.process_id, keepalive.timeout
+                )
+                return
+
     to_owner = asyncio.create_task(copy(link, upstream, "to_owner"))
     from_owner = asyncio.create_task(copy(upstream, link, "from_owner"))
-    done, pending = await asyncio.wait({to_owner, from_owner}, return_when=asyncio.FIRST_COMPLETED)
+    tasks = {to_owner, from_owner}
+    if keepalive is not None:
+        tasks |= {asyncio.create_task(watch(link)), asyncio.create_task(watch(upstream))}
+    done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     first = done.pop()
-    closed_by = "client" if first is to_owner else "owner"
-    source, target = (link, upstream) if first is to_owner else (upstream, link)
     for task in pending:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError, ConnectionClosed):
             await task
-    received = source.protocol.close_rcvd
-    if received is None:
-        # The side went away without a close frame: drop the other side too, so the client
-        # sees its link drop (and may resume) instead of a close that would end the session.
-        target.transport.abort()
+    if first not in (to_owner, from_owner):  # a side went silent
+        link.transport.abort()
+        upstream.transport.abort()
         closed_by = "drop"
     else:
-        with contextlib.suppress(ConnectionClosed):
-            await target.close(received.code or CloseCode.NORMAL_CLOSURE, received.reason)
+        closed_by = "client" if first is to_owner else "owner"
+        source, target = (link, upstream) if first is to_owner else (upstream, link)
+        received = source.protocol.close_rcvd
+        if received is None:
+            # The side went away without a close frame: drop the other side too, so the client
+            # sees its link drop (and may resume) instead of a close that would end the session.
+            target.transport.abort()
+            closed_by = "drop"
+        else:
+            with contextlib.suppress(ConnectionClosed):
+                await target.close(received.code or CloseCode.NORMAL_CLOSURE, received.reason)
     _log.info(
         "relay to %s ended (%s): %d messages to it, %d from it",
         owner.process_id,

@@ -46,6 +46,7 @@ from websockets.http11 import Request, Response
 from voxwire.capture import Record, open_recorder
 from voxwire.clock import SYSTEM_CLOCK, Clock
 from voxwire.cluster import Directory, StoreUnavailable
+from voxwire.cluster.relay import Keepalive as RelayKeepalive
 from voxwire.cluster.relay import RelayFailed, carry, open_relay
 from voxwire.errors import ConfigError, VoxwireError
 from voxwire.link import Link, Put
@@ -691,7 +692,9 @@ class Gateway:
             )
             return False
         log.info("session %s: held by %s; relaying the connection", session_id, owner.process_id)
-        await carry(ws, upstream, owner)
+        # The gateway's own rule: silent for `keepalive` seconds is dropped, pinged twice as often.
+        half = self.clock.real_seconds(self.keepalive / 2)
+        await carry(ws, upstream, owner, keepalive=RelayKeepalive(half, half))
         return True
 
     def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:

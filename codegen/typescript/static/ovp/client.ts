@@ -22,6 +22,7 @@
  */
 import { UnknownMessage, decode, encode } from "./codec.js";
 import {
+  CloseCode,
   ENDPOINT_PATH,
   FRAME_SEQ_MODULUS,
   MAX_SEQ,
@@ -102,9 +103,6 @@ export class HandshakeError extends Error {
 
 type Handler = (message: never) => void;
 
-// RFC 6455 §7.4.1; a browser lets a client close only with 1000 or 3000-4999, so every close of
-// this client is a 1000 with its reason.
-const NORMAL_CLOSURE = 1000;
 
 /** One OVP session, across the connections that carry it (see the module comment). */
 export class OvpClient {
@@ -138,6 +136,11 @@ export class OvpClient {
     this.ended = new Promise((resolve) => {
       this.finish = resolve;
     });
+  }
+
+  /** How the session ended, once it is over (what `ended` resolves with), else `null`. */
+  get outcome(): SessionOutcome | null {
+    return this.over;
   }
 
   /** Whether events and audio can be sent now (linked, started, not over). */
@@ -199,7 +202,7 @@ export class OvpClient {
   close(): void {
     if (this.over !== null) return;
     this.closing = true;
-    this.socket?.close(NORMAL_CLOSURE, "closed by the client");
+    this.socket?.close(CloseCode.NORMAL, "closed by the client");
     this.end(null, null, "closed by the client");
   }
 
@@ -220,7 +223,7 @@ export class OvpClient {
     socket.addEventListener("open", () => {
       opened = true;
       if (socket.protocol !== offered) {
-        socket.close(NORMAL_CLOSURE, "subprotocol mismatch");
+        closeWith(socket, CloseCode.PROTOCOL_ERROR, "subprotocol mismatch");
         this.handshakeFailed(new HandshakeError(`the gateway selected ${JSON.stringify(socket.protocol)}, not ${offered}`, ErrorCode.OVP_SUBPROTOCOL_MISMATCH));
         return;
       }
@@ -309,7 +312,7 @@ export class OvpClient {
       }
     } else if (message.type === "session.end") {
       this.closing = true;
-      this.socket?.close(NORMAL_CLOSURE);
+      this.socket?.close(CloseCode.NORMAL);
       this.end(message, typeof message.error_code === "string" ? message.error_code : null, message.reason);
     }
   }
@@ -385,7 +388,7 @@ export class OvpClient {
   private stamped(type: string, fields: object): ClientMessage {
     if (this.nextSeq > MAX_SEQ) {
       this.closing = true;
-      this.socket?.close(NORMAL_CLOSURE, "seq exhausted");
+      this.socket?.close(CloseCode.NORMAL, "seq exhausted");
       this.end(null, null, "seq exhausted");
       throw new Error("seq exhausted");
     }
@@ -404,7 +407,7 @@ export class OvpClient {
 
   private fail(code: string, detail: string): void {
     this.closing = true;
-    this.socket?.close(NORMAL_CLOSURE, "protocol violation");
+    if (this.socket !== null) closeWith(this.socket, CloseCode.PROTOCOL_ERROR, "protocol violation");
     this.end(null, code, detail);
     this.started?.reject(new HandshakeError(detail, code));
     this.started = null;
@@ -414,5 +417,17 @@ export class OvpClient {
     if (this.over !== null) return;
     this.over = { end, code, detail };
     this.finish(this.over);
+  }
+}
+
+/**
+ * Close with `code`, or with 1000 and the reason where the WebSocket refuses the code (a
+ * browser's accepts only 1000 and 3000-4999: spec decision browser-client-protocol-error-close).
+ */
+function closeWith(socket: WebSocketLike, code: number, reason: string): void {
+  try {
+    socket.close(code, reason);
+  } catch {
+    socket.close(CloseCode.NORMAL, reason);
   }
 }

@@ -409,3 +409,30 @@ export const AGENT_RECONNECT_WINDOW_ENV = "BRISVOX_AGENT_RECONNECT_WINDOW_MS";
  * brisvox-agent-protocol-v1.txt, Caller identity.
  */
 export const AGENT_CALLER_IDENTITY_ENV = "BRISVOX_AGENT_CALLER_IDENTITY";
+
+/** The WebSocket close codes the protocol's ends use. */
+export const CloseCode = {
+  /**
+   * A normal close: after session.end, after a reject or a failed handshake answered with one, and
+   * for the old half-open link after a resumption took over ("superseded by a resumed link").
+   */
+  NORMAL: 1000,
+  /** The engine side gives a silent link up (no sign of life for silence_timeout_ms). */
+  GOING_AWAY: 1001,
+  /**
+   * The first message was unreadable, not a session.start, or had the wrong protocol ("expected
+   * session.start", no reject); the engine side also closes a handshake that failed without a
+   * reject with it.
+   */
+  PROTOCOL_ERROR: 1002,
+  /** Nothing arrived within the handshake budget ("no session.start"). */
+  POLICY: 1008,
+  /** A message over max_message_bytes that the link cannot answer ("message too large"). */
+  TOO_LARGE: 1009,
+  /**
+   * An exception in the agent's handshake, for example session.accept tools naming undeclared tools
+   * ("internal error", no reject).
+   */
+  INTERNAL_ERROR: 1011,
+} as const;
+export type CloseCode = (typeof CloseCode)[keyof typeof CloseCode];
