@@ -321,7 +321,7 @@ class JsonCodec:
             copy = read_back(data)
         except msgspec.ValidationError as exc:
             self._check_json(message, message_type)
-            self._recover(exc, data, "", message_type)  # raises: it breaks a rule of its type
+            raise self._field_error(*_complaint(exc), message_type) from None
         except msgspec.DecodeError as exc:  # only a msgspec.Raw writes what is not JSON
             self._check_json(message, message_type)
             raise self._error(self._codes.wrong_type, str(exc), message_type=message_type) from None
@@ -474,11 +474,7 @@ class JsonCodec:
         decoder of ``type`` alone that skips the rest, which also finds text after the
         complaint that is not JSON, and a later ``type`` that says another thing.
         """
-        text = str(exc)
-        detail, sep, where = text.rpartition(" - at `")
-        path = where[:-1] if sep else "$"
-        if not sep:
-            detail = text
+        detail, path = _complaint(exc)
         codes = self._codes
         if detail.startswith("Number out of range"):
             raise self._error(
@@ -494,6 +490,11 @@ class JsonCodec:
             return self._unknown_tag(data, sender)
         if message_type is None:
             message_type = self._head_type(data, sender)
+        raise self._field_error(detail, path, message_type) from None
+
+    def _field_error(self, detail: str, path: str, message_type: str) -> ProtocolError:
+        """The error for msgspec's complaint about one field of a message of a known type."""
+        codes = self._codes
         missing = _MISSING.fullmatch(detail)
         if missing:
             path = f"{path}.{missing.group(1)}"
@@ -512,7 +513,7 @@ class JsonCodec:
         override = self._field_codes.get((message_type, _INDEX.sub("[]", path)))
         if override is not None and code not in (codes.missing_field, codes.wrong_type):
             code = override
-        raise self._error(code, detail, path=path, message_type=message_type) from None
+        return self._error(code, detail, path=path, message_type=message_type)
 
     def _head_type(self, data: bytes | str, sender: str) -> str:
         """The type the sender's union dispatched on, reading ``type`` alone."""
@@ -597,6 +598,13 @@ def without_item(data: bytes | str, name: str, index: int) -> bytes | None:
 
 def _only_message(check: Check, message: Any, data: bytes | str) -> None:
     check(message)
+
+
+def _complaint(exc: msgspec.ValidationError) -> tuple[str, str]:
+    """msgspec's complaint as (what, JSON path): ``Expected `str` - at `$.text```."""
+    text = str(exc)
+    detail, sep, where = text.rpartition(" - at `")
+    return (detail, where[:-1]) if sep else (text, "$")
 
 
 def _shown(value: object) -> str:
