@@ -340,7 +340,11 @@ class MessageMutator:
         if arrays:
             target = self._rng.choice(arrays)
             count = self._rng.choice((0, 2, 33, 65, 129))
-            target[:] = (target or [self._value()]) * count if count else []
+            items = target or [self._value()]
+            # Repeated items share their subtrees: repeating twice nests, and the written text
+            # would grow as a power. Keep what this array writes within a few bounds.
+            count = min(count, 4 * self._limit // (len(write(items)) + 1))
+            target[:] = items * count
         return tree
 
     def _deepen(self, tree: Any) -> Any:
