@@ -596,7 +596,10 @@ def _shoot(page: Page, selector: str, name: str) -> None:
         " height: r.height} })()"
     )
     shot = page.call(
-        "Page.captureScreenshot", format="png", captureBeyondViewport=False, clip={**box, "scale": 1}
+        "Page.captureScreenshot",
+        format="png",
+        captureBeyondViewport=False,
+        clip={**box, "scale": 1},
     )
     data = base64.b64decode(shot["data"])
     ARTIFACTS.mkdir(exist_ok=True)
