@@ -762,6 +762,21 @@ def test_no_reference_table_cell_breaks_an_identifier(wide: Page, served: str, p
     assert wide.evaluate(_BROKEN_WORDS) == []
 
 
+@pytest.mark.parametrize("protocol_id", ["brisvox", "ovp"])
+def test_the_senders_render_as_a_list_in_chromium(
+    page: Page, served: str, protocol_id: str, protocols: dict[str, Protocol]
+) -> None:
+    assert page.open(served + f"reference/{protocol_id}/") == []
+    items = page.evaluate(
+        "(() => { const p = [...document.querySelectorAll('article p')]"
+        ".find(e => e.textContent.trim() === 'Senders.');"
+        " const list = p && p.nextElementSibling;"
+        " return list && list.tagName === 'UL'"
+        " ? [...list.children].map(li => li.querySelector('code').textContent) : null })()"
+    )
+    assert items == [s.id for s in protocols[protocol_id].senders]
+
+
 def test_the_ovp_reference_page_is_under_a_third_of_its_old_height(wide: Page, served: str) -> None:
     assert wide.open(served + "reference/ovp/") == []
     # 120,000 pixels at 1400 wide before the envelope was shown once (issue 17).
