@@ -222,6 +222,17 @@ def test_every_message_heading_says_its_direction(
             assert " → ".join([" and ".join(m.senders), ""]).strip() in text or "both ways" in text
 
 
+def test_the_asyncapi_pages_show_every_message_of_each_side(
+    build: Build, protocol_list: list[Protocol]
+) -> None:
+    for p in protocol_list:
+        html = build.html(f"reference/{p.id}-asyncapi/index.html")
+        linked = set(re.findall(rf'href="\.\./{p.id}/#([^"]+)"', html))
+        assert {anchor(m.type) for m in p.messages} <= linked
+        assert {anchor("frame", fr.name) for fr in p.frames} <= linked
+        assert "asyncapi: 3.0.0" in re.sub(r"<[^>]+>", "", html)  # the whole document, folded
+
+
 def test_shared_fields_are_shown_once(build: Build, protocol_list: list[Protocol]) -> None:
     for p in protocol_list:
         html = build.html(f"reference/{p.id}/index.html")
