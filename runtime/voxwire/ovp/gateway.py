@@ -104,6 +104,7 @@ __all__ = [
     "GatewayConfigError",
     "GatewaySession",
     "SessionHandler",
+    "SessionStateError",
     "TokenClaims",
     "TokenRejected",
     "mint_token",
