@@ -6,12 +6,17 @@ import difflib
 from dataclasses import dataclass
 from pathlib import Path
 
-from codegen.asyncapi import asyncapi_outputs
+from codegen.asyncapi import (
+    ASYNCAPI_VERSION,
+    asyncapi_document,
+    asyncapi_outputs,
+    render_asyncapi,
+)
 from codegen.diagrams import load_flows
 from codegen.examples import check_examples
 from codegen.ir import Protocol, resolve
 from codegen.loader import Problem, SpecError, load
-from codegen.reference import diagram_pages
+from codegen.reference import asyncapi_page, diagram_pages
 from codegen.render import ROOT, Output, package_stub, render
 from codegen.sessions import session_outputs
 from codegen.typescript import render_package
@@ -63,6 +68,10 @@ def outputs(root: Path = ROOT) -> list[Output]:
     for protocol in protocols:
         found += render(protocol)
         found += asyncapi_outputs(protocol)
+        path, page = asyncapi_page(
+            protocol, asyncapi_document(protocol), render_asyncapi(protocol), ASYNCAPI_VERSION
+        )
+        found.append(Output(path, page))
         found += session_outputs(protocol)
         pages = diagram_pages(protocol, load_flows(protocol, root))
         found += [Output(path, text) for path, text in pages]

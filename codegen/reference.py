@@ -30,6 +30,7 @@ from codegen.templating import GROUP_TITLES, Proxy
 
 __all__ = [
     "anchor",
+    "asyncapi_page",
     "cell",
     "diagram_pages",
     "direction",
@@ -91,6 +92,58 @@ def diagram_pages(p: Protocol, flows: Flows | None) -> list[tuple[str, str]]:
         ],
     )
     return [(f"docs/reference/{p.id}-diagrams.md", text)]
+
+
+def asyncapi_page(
+    p: Protocol, document: dict[str, Any], text: str, version: str
+) -> tuple[str, str]:
+    """The page that shows ``p``'s AsyncAPI ``document`` (its YAML ``text`` folded below)."""
+    channel_id, channel = next(iter(document["channels"].items()))
+    by_class = {m.class_name: m for m in p.messages}
+    operations = []
+    for op_id, op in document["operations"].items():
+        messages = []
+        for ref in op["messages"]:
+            name = ref["$ref"].rsplit("/", 1)[-1]
+            message = by_class.get(name)
+            if message is not None:
+                messages.append(
+                    {
+                        "name": message.type,
+                        "anchor": anchor(message.type),
+                        "summary": message.summary,
+                    }
+                )
+            else:  # a binary frame (x-frame), drawn in the reference's frame layout
+                summary = document["components"]["messages"][name].get("summary", "")
+                messages.append({"name": name, "anchor": anchor("frame", name), "summary": summary})
+        operations.append(
+            {
+                "id": op_id,
+                "action": op["action"],
+                "title": op["title"],
+                "summary": op["summary"],
+                "description": op.get("description", ""),
+                "unknown": {"accept": "accept", "reject": "refus"}.get(
+                    op.get("x-unknown-types", ""), ""
+                ),
+                "messages": messages,
+            }
+        )
+    page = _TEMPLATES.get_template("asyncapi.md.j2").render(
+        header=_markdown_header(p),
+        p=p,
+        version=version,
+        channel_id=channel_id,
+        channel=channel,
+        operations=operations,
+        errors=document.get("x-error-codes", []),
+        close_codes=document.get("x-close-codes", []),
+        text="".join(
+            line for line in text.splitlines(keepends=True) if not line.startswith("#")
+        ).strip(),
+    )
+    return f"docs/reference/{p.id}-asyncapi.md", page
 
 
 def sender_page(p: Protocol, sender: Sender) -> str:

@@ -222,6 +222,17 @@ def test_every_message_heading_says_its_direction(
             assert " → ".join([" and ".join(m.senders), ""]).strip() in text or "both ways" in text
 
 
+def test_the_asyncapi_pages_show_every_message_of_each_side(
+    build: Build, protocol_list: list[Protocol]
+) -> None:
+    for p in protocol_list:
+        html = build.html(f"reference/{p.id}-asyncapi/index.html")
+        linked = set(re.findall(rf'href="\.\./{p.id}/#([^"]+)"', html))
+        assert {anchor(m.type) for m in p.messages} <= linked
+        assert {anchor("frame", fr.name) for fr in p.frames} <= linked
+        assert "asyncapi: 3.0.0" in re.sub(r"<[^>]+>", "", html)  # the whole document, folded
+
+
 def test_shared_fields_are_shown_once(build: Build, protocol_list: list[Protocol]) -> None:
     for p in protocol_list:
         html = build.html(f"reference/{p.id}/index.html")
@@ -596,7 +607,10 @@ def _shoot(page: Page, selector: str, name: str) -> None:
         " height: r.height} })()"
     )
     shot = page.call(
-        "Page.captureScreenshot", format="png", captureBeyondViewport=False, clip={**box, "scale": 1}
+        "Page.captureScreenshot",
+        format="png",
+        captureBeyondViewport=False,
+        clip={**box, "scale": 1},
     )
     data = base64.b64decode(shot["data"])
     ARTIFACTS.mkdir(exist_ok=True)
@@ -757,6 +771,21 @@ _BROKEN_WORDS = """(() => {
 def test_no_reference_table_cell_breaks_an_identifier(wide: Page, served: str, path: str) -> None:
     assert wide.open(served + path) == []
     assert wide.evaluate(_BROKEN_WORDS) == []
+
+
+@pytest.mark.parametrize("protocol_id", ["brisvox", "ovp"])
+def test_the_senders_render_as_a_list_in_chromium(
+    page: Page, served: str, protocol_id: str, protocols: dict[str, Protocol]
+) -> None:
+    assert page.open(served + f"reference/{protocol_id}/") == []
+    items = page.evaluate(
+        "(() => { const p = [...document.querySelectorAll('article p')]"
+        ".find(e => e.textContent.trim() === 'Senders.');"
+        " const list = p && p.nextElementSibling;"
+        " return list && list.tagName === 'UL'"
+        " ? [...list.children].map(li => li.querySelector('code').textContent) : null })()"
+    )
+    assert items == [s.id for s in protocols[protocol_id].senders]
 
 
 def test_the_ovp_reference_page_is_under_a_third_of_its_old_height(wide: Page, served: str) -> None:

@@ -104,9 +104,11 @@ def test_a_client_resumed_onto_other_gateways_gets_every_event_once_in_order(
     received = asyncio.run(main())
     assert received == list(range(LAST_SEQ + 1))  # every event, once, in order
     owner = gateways[0].process
-    assert [l["session"] for l in owner.lines if l.get("event") == "session"] == [session_id]
+    assert [line["session"] for line in owner.lines if line.get("event") == "session"] == [
+        session_id
+    ]
     for other in gateways[1:]:
-        assert not [l for l in other.process.lines if l.get("event") == "session"]
+        assert not [line for line in other.process.lines if line.get("event") == "session"]
         assert f"session {session_id}: held by A; relaying the connection" in other.process.stderr()
 
 
@@ -209,7 +211,7 @@ def test_behind_haproxy_hashing_the_path_resumes_land_on_the_owner_without_relay
         for received in asyncio.run(main()):
             assert received == list(range(LAST_SEQ + 1))
         served = {
-            name: [l["session"] for l in g.process.lines if l.get("event") == "session"]
+            name: [line["session"] for line in g.process.lines if line.get("event") == "session"]
             for name, g in gateways.items()
         }
         assert sorted(s for sessions in served.values() for s in sessions) == [

@@ -3,10 +3,21 @@ larger than the write queue both arrive whole, in order, on one link (issue 12, 
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from tests.faultproxy import FaultProxy
-from tests.test_ovp_support import AGENT, CALL, SESSION, eventually, ovp_client, run, serving
+from tests.test_ovp_support import (
+    AGENT,
+    CALL,
+    SESSION,
+    collecting,
+    eventually,
+    ovp_client,
+    run,
+    serving,
+)
 from voxwire import ovp
 from voxwire.clock import ScaledClock
 from voxwire.ovp._transport import WRITE_QUEUE
@@ -69,3 +80,43 @@ def test_a_live_burst_larger_than_the_write_queue_arrives_whole_on_one_link(coun
             await client.close()
 
     run(main(), timeout=30)
+
+
+def test_a_client_send_past_the_write_queue_waits_for_room_and_nothing_is_dropped() -> None:
+    got: list[ovp.ClientMessage | ovp.AudioFrame] = []
+
+    async def main() -> None:
+        async with serving(collecting(got)) as gateway:
+            client = ovp_client(gateway.url, max_events=10)
+            await client.connect()
+            session = gateway.sessions[SESSION]
+            (server_link,) = session._links.values()
+            server_link.ws.transport.pause_reading()  # the gateway stops reading: buffers fill
+            sent = 0
+
+            async def flood() -> None:
+                nonlocal sent
+                while True:
+                    await client.send_agent_input(source=ovp.InputSource.SYSTEM, text="x" * 1000)
+                    sent += 1
+
+            flooding = asyncio.create_task(flood())
+            link = client._link
+            assert link is not None
+            before = -1
+            async with asyncio.timeout(10):
+                while sent != before:  # until the socket's buffers and the queue are full
+                    before = sent
+                    await asyncio.sleep(0.2)
+            assert not flooding.done()  # the next send waits for room
+            assert link.outbound.waiting == WRITE_QUEUE and link.outbound.lost_total == 0
+            server_link.ws.transport.resume_reading()
+            await eventually(lambda: sent > before + WRITE_QUEUE, timeout=10)
+            flooding.cancel()
+            total = sent
+            await eventually(lambda: len(got) >= total, timeout=10)
+            assert [item.seq for item in got] == list(range(len(got)))  # type: ignore[union-attr]
+            assert client.reconnects == 0
+            await client.close()
+
+    run(main(), timeout=40)

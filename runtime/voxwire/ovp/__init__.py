@@ -2,8 +2,8 @@
 
 Every generated name (the messages, ``decode``, ``encode``, the frame codec, the constants and
 error codes) is importable from here; the roles are submodules: ``voxwire.ovp.client`` (you
-connect to a gateway), ``voxwire.ovp.gateway`` (clients connect to you) and ``voxwire.ovp.core``
-(their sans-I/O state machines).
+connect to a gateway), ``voxwire.ovp.gateway`` (clients connect to you), and their sans-I/O
+state machines ``voxwire.ovp.client_core`` and ``voxwire.ovp.gateway_core``.
 
 ```python
 from voxwire import ovp

@@ -101,6 +101,7 @@ __all__ = [
     "HandshakeError",
     "OVPClient",
     "SessionFailed",
+    "SessionStateError",
     "TokenSource",
 ]
 

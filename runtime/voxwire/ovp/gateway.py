@@ -104,6 +104,7 @@ __all__ = [
     "GatewayConfigError",
     "GatewaySession",
     "SessionHandler",
+    "SessionStateError",
     "TokenClaims",
     "TokenRejected",
     "mint_token",
@@ -124,6 +125,8 @@ _REQUIRED_CLAIMS: Final = ("exp", "iat", "tenant_id", "session_id")
 # resume is refused (OVP_RESUME_EXPIRED) rather than starting the session anew.
 _TOMBSTONE_S: Final = MAX_TOKEN_LIFETIME_S + 2 * TOKEN_CLOCK_LEEWAY_S
 _LOOPBACK: Final = frozenset({"127.0.0.1", "::1", "localhost"})
+# Outputs that never move one of the core's deadlines (an empty output may: a frame error).
+_NO_DEADLINE: Final = (AudioIn, ToLink)
 _CLUSTER_KEY: Final = "ovp"
 """The protocol's name in the owner directory (voxwire.cluster), beside Brisvox's."""
 _OWNERSHIP_S: Final = 24 * 3600.0
@@ -420,6 +423,8 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives):
                 log.info("session %s is over: %s", self.session_id, item.detail)
                 self._inbox.close()
                 self._wake.set()
+        if out and all(isinstance(item, _NO_DEADLINE) for item in out):
+            return  # a frame in or out: no deadline moved (the audio path's hot loop)
         deadline = self._core.next_deadline()
         if self._core.state is GatewayState.OVER or (
             deadline is not None and deadline < self._sleeping_until
@@ -444,10 +449,15 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives):
         core = self._core
         try:
             await self._gateway.handler(self)
-        except Exception:
-            log.exception("session %s: the application handler failed", self.session_id)
-            if core.started_at is not None and core.over is None:
-                self.fail(ErrorCode.OVP_INTERNAL_ERROR, "internal error")
+        except Exception as exc:
+            if isinstance(exc, SessionStateError) and core.over is not None:
+                # The session ended under the handler (a resume of a session this gateway does
+                # not hold is refused before it starts it): no failure of the application.
+                log.info("session %s: the handler stopped: %s", self.session_id, exc)
+            else:
+                log.exception("session %s: the application handler failed", self.session_id)
+                if core.started_at is not None and core.over is None:
+                    self.fail(ErrorCode.OVP_INTERNAL_ERROR, "internal error")
         if core.over is None:
             now = self._clock.now()
             if core.started_at is None:
