@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,6 +66,16 @@ async def _consume(client: OVPClient, received: list[int]) -> None:
         received.append(message.seq)
 
 
+async def _until(check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    """Wait until ``check()``, at most ``timeout`` seconds; fail naming ``what``."""
+    try:
+        async with asyncio.timeout(timeout):
+            while not check():
+                await asyncio.sleep(0.01)
+    except TimeoutError:
+        raise AssertionError(f"still waiting after {timeout} s for {what}") from None
+
+
 async def _drop_and_move(proxy: FaultProxy, port: int) -> None:
     """The client's link breaks, and its next connection lands on the gateway at ``port``."""
     proxy.refuse = True
@@ -92,8 +102,8 @@ def test_a_client_resumed_onto_other_gateways_gets_every_event_once_in_order(
         await client.connect()
         consumer = asyncio.create_task(_consume(client, received))
         for other in gateways[1:]:
-            while len(received) < 20 * (gateways.index(other)):
-                await asyncio.sleep(0.01)
+            count = 20 * gateways.index(other)
+            await _until(lambda n=count: len(received) >= n or consumer.done(), f"{count} events")
             await _drop_and_move(proxy, other.port)
         async with asyncio.timeout(20):
             await consumer
@@ -101,7 +111,7 @@ def test_a_client_resumed_onto_other_gateways_gets_every_event_once_in_order(
         await proxy.close()
         return received
 
-    received = asyncio.run(main())
+    received = asyncio.run(asyncio.wait_for(main(), 60))
     assert received == list(range(LAST_SEQ + 1))  # every event, once, in order
     owner = gateways[0].process
     assert [line["session"] for line in owner.lines if line.get("event") == "session"] == [
@@ -131,8 +141,7 @@ def test_a_resume_whose_owner_died_is_refused_fast(
         received: list[int] = []
         await client.connect()
         consumer = asyncio.create_task(_consume(client, received))
-        while len(received) < 10:
-            await asyncio.sleep(0.01)
+        await _until(lambda: len(received) >= 10 or consumer.done(), "10 events")
         a.process.kill()  # the owner dies with the session
         await _drop_and_move(proxy, b.port)
         started = time.monotonic()
@@ -144,7 +153,7 @@ def test_a_resume_whose_owner_died_is_refused_fast(
         await proxy.close()
         return failed.value, elapsed
 
-    failure, elapsed = asyncio.run(main())
+    failure, elapsed = asyncio.run(asyncio.wait_for(main(), 60))
     assert failure.code == ovp.ErrorCode.OVP_RESUME_EXPIRED
     assert elapsed < 5.0  # refused, never left waiting for the window
 
@@ -168,7 +177,7 @@ def test_with_redis_away_new_sessions_still_work(tmp_path: Path) -> None:
             await client.close()
             return received
 
-        assert asyncio.run(main()) == list(range(LAST_SEQ + 1))
+        assert asyncio.run(asyncio.wait_for(main(), 60)) == list(range(LAST_SEQ + 1))
         assert "the owner directory was not updated" in gateways["A"].process.stderr()
     finally:
         gateways["A"].process.kill()
@@ -196,8 +205,8 @@ def test_behind_haproxy_hashing_the_path_resumes_land_on_the_owner_without_relay
             await client.connect()
             consumer = asyncio.create_task(_consume(client, received))
             for round_ in (1, 2):
-                while len(received) < 25 * round_:
-                    await asyncio.sleep(0.01)
+                count = 25 * round_
+                await _until(lambda n=count: len(received) >= n or consumer.done(), f"{count} events")
                 await _drop_and_move(proxy, lb.port)  # a new upgrade, a new token, same path
             async with asyncio.timeout(20):
                 await consumer
@@ -208,7 +217,7 @@ def test_behind_haproxy_hashing_the_path_resumes_land_on_the_owner_without_relay
         async def main() -> list[list[int]]:
             return list(await asyncio.gather(*(one(f"ovps_lb_{n}") for n in range(4))))
 
-        for received in asyncio.run(main()):
+        for received in asyncio.run(asyncio.wait_for(main(), 90)):
             assert received == list(range(LAST_SEQ + 1))
         served = {
             name: [line["session"] for line in g.process.lines if line.get("event") == "session"]

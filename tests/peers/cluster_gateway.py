@@ -29,7 +29,7 @@ def say(**line: object) -> None:
 
 def emit(session: GatewaySession, n: int) -> None:
     """One event of the script (the one place that names the send API)."""
-    session.send(ovp.AgentThinking, turn_id="t1", delta=f"d{n}")
+    session.send_agent_thinking(turn_id="t1", delta=f"d{n}")
 
 
 async def main(process_id: str, port: int, redis_url: str | None) -> None:
