@@ -206,7 +206,9 @@ def test_behind_haproxy_hashing_the_path_resumes_land_on_the_owner_without_relay
             consumer = asyncio.create_task(_consume(client, received))
             for round_ in (1, 2):
                 count = 25 * round_
-                await _until(lambda n=count: len(received) >= n or consumer.done(), f"{count} events")
+                await _until(
+                    lambda n=count: len(received) >= n or consumer.done(), f"{count} events"
+                )
                 await _drop_and_move(proxy, lb.port)  # a new upgrade, a new token, same path
             async with asyncio.timeout(20):
                 await consumer
