@@ -728,18 +728,22 @@ class AgentServer:
                 link.capture.close()
             return
         link.timer = self._spawn(self._timer(link, session), f"brisvox-timer-{session.id}")
+        # The loop runs once per message: what it reads on every pass is bound here (the
+        # recorder is known once the handshake read the session.start).
+        core, out, clock, recorder = link.core, link.out, self.clock, link.recorder
+        buffer = session._buffer
         try:
             async for raw in link.ws:
-                link.out.heard()
-                now = self.clock.now()
-                if link.recorder is not None:
-                    link.recorder.record("server", raw)
+                now = clock.now()
+                out.heard(now)
+                if recorder is not None:
+                    recorder.record("server", raw)
                 if isinstance(raw, str):
-                    outputs = link.core.receive_text(raw, now)
+                    outputs = core.receive_text(raw, now)
                 else:
-                    outputs = link.core.receive_binary(raw, now)
+                    outputs = core.receive_binary(raw, now)
                 self._handle_outputs(session, link, outputs)
-                if 2 * len(session._buffer) >= session._buffer.capacity:
+                if 2 * len(buffer) >= buffer.capacity:
                     # Half the handler's queue waits: websockets hands over buffered messages
                     # without yielding, so let the handler take some before the queue overflows
                     # (one loop turn, never a wait on it).

@@ -252,20 +252,21 @@ class AgentCore:
 
     def receive_text(self, data: bytes | str, now: float) -> list[AgentOutput]:
         """A text message arrived."""
-        if self.state is AgentState.AWAITING_START:
+        state = self.state  # read once, the open link's case first: a message per event
+        if state is AgentState.OPEN or state is AgentState.DECIDING:
+            try:
+                message = _DECODE_SERVER(data)
+            except ProtocolError as exc:
+                return self._refused(exc, data)
+            if isinstance(message, UnknownMessage):
+                return [Ignored(f"unknown server message type {message.type!r}")]
+            self.last_seq = message.seq
+            if state is AgentState.DECIDING:
+                return [Ignored(f"{message.type} before the handshake was answered")]
+            return self._dispatch(message)
+        if state is AgentState.AWAITING_START:
             return self._first(data)
-        if self.state is AgentState.CLOSED:
-            return [Ignored("a message after the link was closed")]
-        try:
-            message = _DECODE_SERVER(data)
-        except ProtocolError as exc:
-            return self._refused(exc, data)
-        if isinstance(message, UnknownMessage):
-            return [Ignored(f"unknown server message type {message.type!r}")]
-        self.last_seq = message.seq
-        if self.state is AgentState.DECIDING:
-            return [Ignored(f"{message.type} before the handshake was answered")]
-        return self._dispatch(message)
+        return [Ignored("a message after the link was closed")]
 
     def receive_binary(self, data: bytes, now: float) -> list[AgentOutput]:
         """A binary frame arrived: not part of the protocol, ignored (logged); as the first

@@ -174,10 +174,11 @@ class Link:
             self._room.clear()
             await self._room.wait()
 
-    def heard(self) -> None:
-        """A frame arrived from the peer: a sign of life."""
+    def heard(self, now: float | None = None) -> None:
+        """A frame arrived from the peer (at ``now``, this clock's time, when the caller read
+        it already): a sign of life."""
         if self.keepalive is not None:
-            self.keepalive.heard(self.clock.now())
+            self.keepalive.heard(self.clock.now() if now is None else now)
 
     # -- the end --------------------------------------------------------------------------------
 
