@@ -5,24 +5,27 @@ A core (``voxwire.brisvox.engine_core``, ``voxwire.ovp.client_core``,
 list of actions; it never touches a socket, a task or a clock. The asyncio adapter performs the
 actions in order: it writes, closes, and hands events to the application. Each protocol adds its
 own event types; these are the actions every core shares.
+
+The two writes are frozen ``msgspec.Struct`` classes, not frozen dataclasses: one is built for
+every message a link writes, and a Struct is built in a fifth of the time.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import msgspec
+
 __all__ = ["Action", "Close", "Ignored", "SendBinary", "SendText"]
 
 
-@dataclass(frozen=True, slots=True)
-class SendText:
+class SendText(msgspec.Struct, frozen=True):
     """Write one text message (already encoded, UTF-8 JSON)."""
 
     data: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class SendBinary:
+class SendBinary(msgspec.Struct, frozen=True):
     """Write one binary message."""
 
     data: bytes

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Final, TypeAlias
 
+import msgspec
 from msgspec import UNSET
 
 from voxwire._codec import UnknownMessage, field_of_refused
@@ -150,9 +151,11 @@ Delivered: TypeAlias = Event | ErrorEvent | EventsLost | SessionUsage | SessionE
 """The server messages an agent's application sees (the rest the core handles itself)."""
 
 
-@dataclass(frozen=True, slots=True)
-class EventReceived:
-    """A server message the application sees (events, ``error``, ``events.lost``, the end)."""
+class EventReceived(msgspec.Struct, frozen=True):
+    """A server message the application sees (events, ``error``, ``events.lost``, the end).
+
+    A frozen ``msgspec.Struct`` (not a dataclass as the other outputs): one is built for every
+    event, in a fifth of a dataclass's time."""
 
     message: Delivered
 

@@ -358,8 +358,7 @@ class LinkDown:
     reconnect_in: float | None
 
 
-@dataclass(frozen=True, slots=True)
-class SendEvent(SendText):
+class SendEvent(SendText, frozen=True):
     """Write one event (already encoded): the link may drop it when its event queue is full,
     and reports the gap as ``events.lost``. Control messages are plain ``SendText``."""
 
@@ -397,8 +396,7 @@ class _Waiting:
     overdue: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class _LostReport(SendText):
+class _LostReport(SendText, frozen=True):
     """An ``events.lost`` for ``count`` events the link dropped (counted as it is written)."""
 
     count: int = 0

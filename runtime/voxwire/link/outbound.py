@@ -224,9 +224,9 @@ class Outbound:
 
     def event(self, frame: Frame) -> Put:
         """Queue an event, within ``event_bound``."""
-        if not self.accepting:
-            return Put.CLOSED
-        if self.room <= 0:
+        if self.room <= 0:  # no room in a closed queue either: the common case asks once
+            if not self.accepting:
+                return Put.CLOSED
             if self.overflow is Overflow.WAIT:
                 return Put.FULL
             self.lost += 1
