@@ -75,3 +75,14 @@ def test_the_api_page_shows_a_context_manager_as_such(api_page: str) -> None:
     entry = _section(api_page, "voxwire.brisvox.testing.AgentCall.open")
     assert "AbstractAsyncContextManager[AgentCall]" in entry.replace(" ", "")
     assert entry.startswith("open async with classmethod ")  # its labels: entered, not awaited
+
+
+@pytest.mark.parametrize("protocol_id", ["brisvox", "ovp"])
+def test_help_of_decode_and_encode_shows_their_precise_types(protocol_id: str) -> None:
+    module = {"brisvox": brisvox, "ovp": ovp}[protocol_id]
+    unions = {"brisvox": "ServerMessage | AgentMessage", "ovp": "ServerMessage | ClientMessage"}
+    decode = pydoc.render_doc(module.decode, renderer=pydoc.plaintext)
+    assert f"-> '{unions[protocol_id]} | UnknownMessage'" in decode and "Any" not in decode
+    assert "sender: 'Sender'" in decode and "Raises ``ProtocolError``" in decode
+    encode = pydoc.render_doc(module.encode, renderer=pydoc.plaintext)
+    assert "-> 'bytes'" in encode and "Any" not in encode

@@ -15,7 +15,7 @@ data = ovp.encode(message)
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final, Literal, TypeAlias, overload
+from typing import Final, Literal, TypeAlias, overload
 
 from voxwire._codec import DecodeErrorCodes, JsonCodec, SenderSpec, UnknownMessage
 from voxwire.ovp.checks import (
@@ -87,44 +87,49 @@ _CODEC: Final = JsonCodec(
     },
     field_codes={},
 )
-# The public functions are the codec's own bound methods (one call less on every message);
-# type checkers and the docs read their precise signatures here.
-if TYPE_CHECKING:
+# The public functions: their precise signatures are what type checkers, help() and the docs
+# read; each hands the data to the codec's function of its sender, built once.
 
-    @overload
-    def decode(data: bytes | str, sender: Literal["server"]) -> ServerMessage | UnknownMessage: ...
 
-    @overload
-    def decode(data: bytes | str, sender: Literal["client"]) -> ClientMessage: ...
+@overload
+def decode(data: bytes | str, sender: Literal["server"]) -> ServerMessage | UnknownMessage: ...
 
-    def decode(data: bytes | str, sender: Sender) -> ServerMessage | ClientMessage | UnknownMessage:
-        """Decode one message that ``sender`` sent.
 
-        Raises ``ProtocolError`` naming the code, the field path and the
-        rule broken; nothing else escapes for any input.
+@overload
+def decode(data: bytes | str, sender: Literal["client"]) -> ClientMessage: ...
 
-        A type nobody sends, from the server, decodes to an ``UnknownMessage``.
-        """
 
-    @overload
-    def decoder(
-        sender: Literal["server"],
-    ) -> Callable[[bytes | str], ServerMessage | UnknownMessage]: ...
+def decode(data: bytes | str, sender: Sender) -> ServerMessage | ClientMessage | UnknownMessage:
+    """Decode one message that ``sender`` sent.
 
-    @overload
-    def decoder(sender: Literal["client"]) -> Callable[[bytes | str], ClientMessage]: ...
+    Raises ``ProtocolError`` naming the code, the field path and the
+    rule broken; nothing else escapes for any input.
 
-    def decoder(
-        sender: Sender,
-    ) -> Callable[[bytes | str], ServerMessage | ClientMessage | UnknownMessage]:
-        """The decode function of one sender, built once: ``decoder(sender)(data)`` is
-        ``decode(data, sender)`` without the look-up, for a loop that reads one sender.
-        """
+    A type nobody sends, from the server, decodes to an ``UnknownMessage``.
+    """
+    message: ServerMessage | ClientMessage | UnknownMessage = _CODEC.decoder(sender)(data)
+    return message
 
-    def encode(message: ServerMessage | ClientMessage | UnknownMessage) -> bytes:
-        """Check ``message`` against every rule of the spec; return compact UTF-8 JSON."""
 
-else:
-    decode = _CODEC.decode
-    decoder = _CODEC.decoder
-    encode = _CODEC.encode
+@overload
+def decoder(
+    sender: Literal["server"],
+) -> Callable[[bytes | str], ServerMessage | UnknownMessage]: ...
+
+
+@overload
+def decoder(sender: Literal["client"]) -> Callable[[bytes | str], ClientMessage]: ...
+
+
+def decoder(
+    sender: Sender,
+) -> Callable[[bytes | str], ServerMessage | ClientMessage | UnknownMessage]:
+    """The decode function of one sender, built once: ``decoder(sender)(data)`` is
+    ``decode(data, sender)`` without the look-up, for a loop that reads one sender.
+    """
+    return _CODEC.decoder(sender)
+
+
+def encode(message: ServerMessage | ClientMessage | UnknownMessage) -> bytes:
+    """Check ``message`` against every rule of the spec; return compact UTF-8 JSON."""
+    return _CODEC.encode(message)
