@@ -26,7 +26,7 @@ from codegen.ir import (
     TypeRef,
 )
 from codegen.pymodel import limit_phrases
-from codegen.templating import GROUP_TITLES, Proxy
+from codegen.templating import Proxy, constant_groups
 
 __all__ = [
     "anchor",
@@ -261,26 +261,23 @@ def _reference(p: Protocol) -> str:
     groups: dict[str, list[dict[str, Any]]] = {}
     for m in p.messages:
         groups.setdefault(m.group, []).append(_message_view(p, m, structs))
-    constant_groups = []
-    for group, title in GROUP_TITLES.items():
-        members = [c for c in p.constants if c.group == group]
-        if members:
-            constant_groups.append(
+    groups_of_constants = [
+        {
+            "title": title,
+            "constants": [
                 {
-                    "title": title,
-                    "constants": [
-                        {
-                            "py_name": c.py_name,
-                            "anchor": anchor("constant", c.name),
-                            "value_text": json.dumps(c.value),
-                            "unit": c.unit,
-                            "description": c.description,
-                            "env": c.env,
-                        }
-                        for c in members
-                    ],
+                    "py_name": c.py_name,
+                    "anchor": anchor("constant", c.name),
+                    "value_text": json.dumps(c.value),
+                    "unit": c.unit,
+                    "description": c.description,
+                    "env": c.env,
                 }
-            )
+                for c in members
+            ],
+        }
+        for title, members in constant_groups(p)
+    ]
     transport = [
         (key.replace("_", " "), _transport_value(value)) for key, value in p.transport.items()
     ]
@@ -303,7 +300,7 @@ def _reference(p: Protocol) -> str:
             for s in p.structs
         ],
         enums=[Proxy(e, anchor=anchor(e.name)) for e in p.enums],
-        constant_groups=constant_groups,
+        constant_groups=groups_of_constants,
         frames=[_frame_view(p, fr) for fr in p.frames],
         transport=transport,
         recoverable=any(e.recoverable is not None for e in p.errors),

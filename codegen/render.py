@@ -34,7 +34,7 @@ from codegen.pymodel import (
     wrap,
 )
 from codegen.reference import reference_pages
-from codegen.templating import GROUP_TITLES, Proxy
+from codegen.templating import Proxy, constant_groups
 from codegen.vectors import render_vectors
 
 __all__ = ["RUFF_VERSION", "RenderError", "package_stub", "render"]
@@ -318,23 +318,20 @@ def _transport_constants(p: Protocol) -> list[dict[str, Any]]:
 
 
 def _constants(p: Protocol, header: str) -> str:
-    groups = []
-    for group in GROUP_TITLES:
-        members = [c for c in p.constants if c.group == group]
-        if members:
-            groups.append(
+    groups = [
+        {
+            "title": title,
+            "constants": [
                 {
-                    "title": GROUP_TITLES[group],
-                    "constants": [
-                        {
-                            "py_name": c.py_name,
-                            "literal": _constant_literal(c.value),
-                            "doc": _constant_doc(c),
-                        }
-                        for c in members
-                    ],
+                    "py_name": c.py_name,
+                    "literal": _constant_literal(c.value),
+                    "doc": _constant_doc(c),
                 }
-            )
+                for c in members
+            ],
+        }
+        for title, members in constant_groups(p)
+    ]
     transport = _transport_constants(p)
     exports = [c.py_name for c in p.constants] + [t["name"] for t in transport]
     close_codes = [

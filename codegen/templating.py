@@ -1,10 +1,13 @@
-"""What the Python-module renderer and the reference-page renderer share: views and groups."""
+"""What the renderers (Python modules, reference pages, TypeScript) share: views and groups."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["GROUP_TITLES", "Proxy"]
+if TYPE_CHECKING:
+    from codegen.ir import Constant, Protocol
+
+__all__ = ["GROUP_TITLES", "Proxy", "constant_groups"]
 
 GROUP_TITLES = {
     "limits": "Limits",
@@ -14,6 +17,15 @@ GROUP_TITLES = {
     "security": "Security",
 }
 """The constant groups of a spec, in the order every output lists them, with their titles."""
+
+
+def constant_groups(p: Protocol) -> list[tuple[str, list[Constant]]]:
+    """``p``'s constants by group, ``(title, constants)`` in :data:`GROUP_TITLES` order; a
+    group without constants is left out."""
+    groups = [
+        (title, [c for c in p.constants if c.group == g]) for g, title in GROUP_TITLES.items()
+    ]
+    return [(title, members) for title, members in groups if members]
 
 
 class Proxy:

@@ -20,7 +20,7 @@ from typing import Any
 import jinja2
 
 from codegen.ir import Enum, Field, Frame, Message, Protocol, TypeRef
-from codegen.templating import GROUP_TITLES
+from codegen.templating import constant_groups
 from codegen.typescript import names as ts
 
 __all__ = ["PACKAGE_VERSION", "ROOT_DIR", "STATIC", "TsFile", "render_package"]
@@ -283,33 +283,29 @@ def _render(template: str, p: Protocol, **view: Any) -> str:
 
 
 def _constant_groups(p: Protocol) -> list[dict[str, Any]]:
-    groups = []
-    for group, title in GROUP_TITLES.items():
-        members = [c for c in p.constants if c.group == group]
-        if members:
-            groups.append(
+    return [
+        {
+            "title": title,
+            "constants": [
                 {
-                    "title": title,
-                    "constants": [
-                        {
-                            "name": c.py_name,
-                            "literal": _literal(c.value)
-                            + (" as const" if isinstance(c.value, list) else ""),
-                            "doc": " ".join(
-                                x
-                                for x in (
-                                    c.description,
-                                    "" if c.unit == "none" else f"Unit: {c.unit}.",
-                                    f"Source: {c.source}." if c.source else "",
-                                )
-                                if x
-                            ),
-                        }
-                        for c in members
-                    ],
+                    "name": c.py_name,
+                    "literal": _literal(c.value)
+                    + (" as const" if isinstance(c.value, list) else ""),
+                    "doc": " ".join(
+                        x
+                        for x in (
+                            c.description,
+                            "" if c.unit == "none" else f"Unit: {c.unit}.",
+                            f"Source: {c.source}." if c.source else "",
+                        )
+                        if x
+                    ),
                 }
-            )
-    return groups
+                for c in members
+            ],
+        }
+        for title, members in constant_groups(p)
+    ]
 
 
 def _enum_view(e: Enum) -> dict[str, Any]:
