@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import http.server
-import shutil
-import subprocess
 import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+
+from tests.servers import debian_program
 
 __all__ = ["chromium", "chromium_page", "serve_folder"]
 
@@ -21,18 +21,7 @@ FLAGS = ("--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run")
 
 def chromium() -> str:
     """Debian's chromium, installed with apt-get where it is missing (CI runs as root)."""
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found:
-        return found
-    if shutil.which("apt-get") is None:
-        pytest.skip("chromium is not installed and this machine has no apt-get to install it")
-    if subprocess.run(["id", "-u"], capture_output=True, text=True).stdout.strip() != "0":
-        pytest.skip("chromium is not installed and apt-get needs root: apt-get install chromium")
-    for command in (["apt-get", "update"], ["apt-get", "install", "-y", "chromium"]):
-        subprocess.run(command, check=True, capture_output=True, timeout=600)
-    found = shutil.which("chromium")
-    assert found, "apt-get installed chromium, but it is not on PATH"
-    return found
+    return debian_program("chromium", "chromium")
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):

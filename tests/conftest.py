@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from codegen.ir import Protocol
 from codegen.pipeline import load_protocols
+from tests.servers import RedisServer, start_redis
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = ROOT.parent / "shared" / "protocols"
@@ -32,3 +34,10 @@ def read_document(name: str) -> str:
 def protocols() -> dict[str, Protocol]:
     """Both specs, loaded, checked and resolved."""
     return {p.id: p for p in load_protocols(ROOT)}
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """One real redis-server on loopback for the session (tests/servers.py); a test that needs
+    it empty calls ``redis_server.flush()``."""
+    yield from start_redis(tmp_path_factory.mktemp("redis"))

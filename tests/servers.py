@@ -125,6 +125,12 @@ class RedisServer:
             _stop(self.process)
             self.process = None
 
+    def flush(self) -> None:
+        """Empty every database: what an earlier test left (directory entries, histories)."""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=5) as sock:
+            sock.sendall(b"FLUSHALL\r\n")
+            assert sock.recv(64).startswith(b"+OK"), "redis-server refused FLUSHALL"
+
     def restart(self) -> None:
         """Stop and start again on the same port, with nothing kept (no persistence)."""
         self.stop()

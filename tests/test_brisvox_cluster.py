@@ -13,15 +13,10 @@ import pytest
 
 from tests.peers.cluster_agent import TOKEN
 from tests.peers.raw import RawEngine, aio, frame, start
-from tests.servers import PeerProcess, RedisServer, free_port, start_redis
+from tests.servers import PeerProcess, RedisServer, free_port
 from voxwire import brisvox
 
 pytest.importorskip("redis", reason="the redis extra is not installed")
-
-
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    yield from start_redis(tmp_path_factory.mktemp("redis"))
 
 
 @dataclass
@@ -36,6 +31,7 @@ class AgentProcess:
 
 @pytest.fixture
 def cluster(redis_server: RedisServer, tmp_path: Path) -> Iterator[dict[str, AgentProcess]]:
+    redis_server.flush()
     processes = {}
     for process_id in ("A", "B"):
         port = free_port()

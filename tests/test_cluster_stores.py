@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
 
 from tests.peers.raw import aio
-from tests.servers import RedisServer, free_port, start_redis
+from tests.servers import RedisServer, free_port
 from voxwire.cluster import (
     MemoryDirectory,
     MemoryReplayStore,
@@ -48,11 +48,6 @@ class ManualClock:
 
     def real_seconds(self, seconds: float) -> float:
         return seconds
-
-
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    yield from start_redis(tmp_path_factory.mktemp("redis"))
 
 
 @contextlib.asynccontextmanager

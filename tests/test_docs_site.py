@@ -12,7 +12,6 @@ import inspect
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -32,6 +31,7 @@ from codegen.diagrams import load_flows
 from codegen.ir import Protocol, TypeRef
 from codegen.reference import anchor
 from tests.conftest import ROOT
+from tests.servers import debian_program
 
 ARTIFACTS = ROOT / "test-artifacts"
 BUILD_TIMEOUT_S = 180
@@ -348,20 +348,7 @@ def test_the_decode_failure_table_matches_the_specs(protocol_list: list[Protocol
 @pytest.fixture(scope="session")
 def chromium() -> str:
     """Debian's chromium, installed with apt-get where it is missing (CI runs as root)."""
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found:
-        return found
-    if shutil.which("apt-get") is None:
-        pytest.skip("chromium is not installed and this machine has no apt-get to install it")
-    if os.geteuid() != 0:
-        pytest.skip("chromium is not installed and apt-get needs root: apt-get install chromium")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for command in (["apt-get", "update"], ["apt-get", "install", "-y", "chromium"]):
-        done = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env)
-        assert done.returncode == 0, f"{' '.join(command)} failed:\n{done.stdout}{done.stderr}"
-    found = shutil.which("chromium")
-    assert found, "apt-get installed chromium, but it is not on PATH"
-    return found
+    return debian_program("chromium", "chromium")
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):

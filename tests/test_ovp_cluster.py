@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,8 +15,8 @@ import pytest
 
 from tests.faultproxy import FaultProxy
 from tests.peers.cluster_gateway import EVENTS
-from tests.servers import PeerProcess, RedisServer, free_port, start_haproxy, start_redis
-from tests.test_ovp_support import ovp_client, token
+from tests.servers import PeerProcess, RedisServer, free_port, start_haproxy
+from tests.test_ovp_support import eventually, ovp_client, token
 from voxwire import ovp
 from voxwire.ovp.client import OVPClient, SessionFailed
 
@@ -44,15 +44,11 @@ def _start_gateways(names: str, folder: Path, redis_url: str | None) -> dict[str
     return gateways
 
 
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    yield from start_redis(tmp_path_factory.mktemp("redis"))
-
-
 @pytest.fixture
 def three_gateways(
     redis_server: RedisServer, tmp_path: Path
 ) -> Iterator[dict[str, GatewayProcess]]:
+    redis_server.flush()
     gateways = _start_gateways("ABC", tmp_path, redis_server.url)
     try:
         yield gateways
@@ -64,16 +60,6 @@ def three_gateways(
 async def _consume(client: OVPClient, received: list[int]) -> None:
     async for message in client:
         received.append(message.seq)
-
-
-async def _until(check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    """Wait until ``check()``, at most ``timeout`` seconds; fail naming ``what``."""
-    try:
-        async with asyncio.timeout(timeout):
-            while not check():
-                await asyncio.sleep(0.01)
-    except TimeoutError:
-        raise AssertionError(f"still waiting after {timeout} s for {what}") from None
 
 
 async def _drop_and_move(proxy: FaultProxy, port: int) -> None:
@@ -103,7 +89,7 @@ def test_a_client_resumed_onto_other_gateways_gets_every_event_once_in_order(
         consumer = asyncio.create_task(_consume(client, received))
         for other in gateways[1:]:
             count = 20 * gateways.index(other)
-            await _until(lambda n=count: len(received) >= n or consumer.done(), f"{count} events")
+            await eventually(lambda n=count: len(received) >= n or consumer.done(), timeout=10)
             await _drop_and_move(proxy, other.port)
         async with asyncio.timeout(20):
             await consumer
@@ -141,7 +127,7 @@ def test_a_resume_whose_owner_died_is_refused_fast(
         received: list[int] = []
         await client.connect()
         consumer = asyncio.create_task(_consume(client, received))
-        await _until(lambda: len(received) >= 10 or consumer.done(), "10 events")
+        await eventually(lambda: len(received) >= 10 or consumer.done(), timeout=10)
         a.process.kill()  # the owner dies with the session
         await _drop_and_move(proxy, b.port)
         started = time.monotonic()
@@ -206,9 +192,7 @@ def test_behind_haproxy_hashing_the_path_resumes_land_on_the_owner_without_relay
             consumer = asyncio.create_task(_consume(client, received))
             for round_ in (1, 2):
                 count = 25 * round_
-                await _until(
-                    lambda n=count: len(received) >= n or consumer.done(), f"{count} events"
-                )
+                await eventually(lambda n=count: len(received) >= n or consumer.done(), timeout=10)
                 await _drop_and_move(proxy, lb.port)  # a new upgrade, a new token, same path
             async with asyncio.timeout(20):
                 await consumer
