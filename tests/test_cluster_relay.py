@@ -168,3 +168,18 @@ async def test_a_client_that_goes_silent_behind_the_relay_is_dropped_on_both_sid
             await asyncio.sleep(0.02)
         assert asyncio.get_running_loop().time() - started < 1.5  # interval + timeout, and slack
     assert isinstance(results[0], RelayResult) and results[0].closed_by == "drop"
+
+
+@aio
+async def test_the_owners_messages_are_bounded_at_max_size_and_not_past_it() -> None:
+    results: list[RelayResult | Exception] = []
+    limit = 1000
+    async with owner_server() as (owner, _), front(owner, results, max_size=limit) as port:
+        async with _client(port) as ws:
+            at_the_bound = "x" * (limit - len("owner:"))
+            await ws.send(at_the_bound)
+            assert await ws.recv() == "owner:" + at_the_bound  # exactly the bound: carried
+            await ws.send(at_the_bound + "x")  # the owner's answer is one byte over
+            with pytest.raises(ConnectionClosed) as closed:
+                await ws.recv()
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009

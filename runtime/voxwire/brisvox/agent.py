@@ -1089,7 +1089,9 @@ class AgentServer:
         assert request is not None
         headers = {"Authorization": request.headers["Authorization"]} if self.token else {}
         try:
-            upstream = await open_relay(owner, request.path, headers=headers)
+            upstream = await open_relay(
+                owner, request.path, headers=headers, max_size=MAX_MESSAGE_BYTES
+            )
         except RelayFailed as exc:
             log.warning(
                 "session %s: parked on %s, which cannot be reached: %s",

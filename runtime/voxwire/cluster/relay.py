@@ -60,7 +60,7 @@ async def relay(
     headers: Mapping[str, str] | None = None,
     first: Iterable[str | bytes] = (),
     open_timeout: float = 2.0,
-    max_size: int | None = 2**20,
+    max_size: int | None = None,
     keepalive: Keepalive | None = None,
 ) -> RelayResult:
     """Carry ``link`` (already accepted here) to ``owner``, which serves the same ``path``
@@ -88,11 +88,15 @@ async def open_relay(
     subprotocol: str | None = None,
     headers: Mapping[str, str] | None = None,
     open_timeout: float = 2.0,
-    max_size: int | None = 2**20,
+    max_size: int | None = None,
 ) -> ClientConnection:
     """The owner's side of a relay: a WebSocket to ``owner`` on ``path``, or
     :class:`RelayFailed` within ``open_timeout``. Nothing has been carried yet, so a caller
-    that gets RelayFailed can still answer the link itself (refuse the resume)."""
+    that gets RelayFailed can still answer the link itself (refuse the resume).
+
+    ``max_size``: the largest message the owner may send, the protocol's own bound (the one
+    the role's server reads with); ``None`` for no bound.
+    """
     url = f"ws://{_host(owner.host)}:{owner.port}{path}"
     try:
         return await connect(
@@ -181,7 +185,9 @@ async def _pump(
     else:
         closed_by = "client" if first is to_owner else "owner"
         source, target = (link, upstream) if first is to_owner else (upstream, link)
-        received = source.protocol.close_rcvd
+        # The close that ended the source: the one it sent, else the one this relay sent it
+        # (a message over max_size is a 1009 the other side must hear, not a drop).
+        received = source.protocol.close_rcvd or source.protocol.close_sent
         if received is None:
             # The side went away without a close frame: drop the other side too, so the client
             # sees its link drop (and may resume) instead of a close that would end the session.

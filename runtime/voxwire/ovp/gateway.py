@@ -692,7 +692,9 @@ class Gateway:
         assert ws.request is not None
         try:
             # The token form: the relay is a voxwire client, and the owner answers it alike.
-            upstream = await open_relay(owner, ws.request.path, subprotocol=SUBPROTOCOL_ALIAS)
+            upstream = await open_relay(
+                owner, ws.request.path, subprotocol=SUBPROTOCOL_ALIAS, max_size=MAX_RECEIVE_BYTES
+            )
         except RelayFailed as exc:
             log.warning(
                 "session %s: held by %s, which cannot be reached: %s",
