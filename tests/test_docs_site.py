@@ -219,7 +219,13 @@ def test_every_message_heading_says_its_direction(
             heading = re.search(rf'<h4 id="{re.escape(anchor(m.type))}">(.*?)</h4>', html, re.S)
             assert heading, m.type
             text = re.sub(r"<[^>]+>", "", heading[1])
-            assert " → ".join([" and ".join(m.senders), ""]).strip() in text or "both ways" in text
+            receivers = [s.id for s in p.senders if s.id not in m.senders]
+            expected = (
+                f"{' and '.join(m.senders)} → {' and '.join(receivers)}"
+                if receivers
+                else "both ways"
+            )
+            assert f"{m.type} · {expected}" in text, (m.type, text)
 
 
 def test_the_asyncapi_pages_show_every_message_of_each_side(
@@ -241,9 +247,20 @@ def test_shared_fields_are_shown_once(build: Build, protocol_list: list[Protocol
                 build.require() / "reference" / p.id / "index.html"
             )
             for f in fs.fields:
-                # One row in the field set's table, none in the messages that carry it.
+                # One row in the field set's table, none in the messages that carry it: the
+                # page has exactly one more row of this name than the types and messages
+                # whose own fields have it.
+                others = sum(
+                    g.wire_name == f.wire_name
+                    for fields in [
+                        *(m.own_fields for m in p.messages),
+                        *(t.fields for t in p.structs),
+                        *(other.fields for other in p.field_sets if other is not fs),
+                    ]
+                    for g in fields
+                )
                 rows = re.findall(rf"<tr>\s*<td><code>{re.escape(f.wire_name)}</code>", html)
-                assert len(rows) >= 1
+                assert len(rows) == 1 + others, (p.id, fs.name, f.wire_name, len(rows), others)
 
 
 def test_the_decision_indexes_summarise_each_decision(
