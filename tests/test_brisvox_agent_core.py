@@ -210,6 +210,99 @@ def test_a_binary_frame_after_the_handshake_is_ignored() -> None:
     assert isinstance(out, Ignored) and "binary" in out.what
 
 
+# -- agent core: the server's envelope ----------------------------------------------------------
+
+
+def _envelope_problems(out: list[object]) -> list[str]:
+    return [o.error.detail for o in out if isinstance(o, BadMessage)]
+
+
+@pytest.mark.parametrize(
+    ("seq", "t_ms", "problems"),
+    [
+        (2, 20, []),
+        (2, 0, []),  # the same millisecond as session.start
+        (3, 30, ["seq 3 after 1: +1 a message on a link"]),
+        (1, 20, ["seq 1 after 1: +1 a message on a link"]),
+    ],
+)
+def test_each_server_message_follows_the_last_on_its_link(
+    seq: int, t_ms: int, problems: list[str]
+) -> None:
+    """seq is one more, t_ms never goes back; a broken rule is reported, the event still read."""
+    core = _open_core()
+    text = json.dumps({"seq": seq, "t_ms": t_ms, "type": "user.text", "epoch": 1, "text": "hi"})
+    out = core.receive_text(text, 1.0)
+    assert _envelope_problems(out) == problems
+    assert isinstance(out[-1], EventReceived) and (core.last_seq, core.last_t_ms) == (seq, t_ms)
+
+
+def test_t_ms_going_back_is_one_problem_not_one_per_message_after_it() -> None:
+    core = _open_core()
+    assert not _envelope_problems(core.receive_text(frame("user.text", 2, epoch=1, text="a"), 1))
+    back = json.dumps({"seq": 3, "t_ms": 5, "type": "user.text", "epoch": 1, "text": "b"})
+    [problem] = _envelope_problems(core.receive_text(back, 1.0))
+    assert problem == "t_ms 5 after 20: it never goes back"
+    assert not _envelope_problems(core.receive_text(frame("user.text", 4, epoch=1, text="c"), 1))
+
+
+def test_a_refused_server_message_still_takes_its_seq() -> None:
+    """Regression (issue 13): a tool.call whose arguments is "x" (seq 2) is refused; the
+    user.text at seq 3 after it breaks no rule."""
+    core = _open_core()
+    bad = json.loads(tool_call(2, 1, "book_table"))
+    refused = core.receive_text(json.dumps({**bad, "arguments": "x"}), 1.0)
+    assert [o.error.path for o in refused if isinstance(o, BadMessage)] == ["$.arguments"]
+    assert core.last_seq == 2
+    out = core.receive_text(frame("user.text", 3, epoch=1, text="hi"), 1.0)
+    assert _envelope_problems(out) == [] and isinstance(out[-1], EventReceived)
+
+
+def test_a_fresh_call_starts_at_seq_1_and_t_ms_0() -> None:
+    out = AgentCore(0.0).receive_text(start(seq=2, t_ms=5), 0.0)
+    assert _envelope_problems(out) == [
+        "the call's session.start has seq 2, not 1",
+        "the call's session.start has t_ms 5, not 0",
+    ]
+    assert isinstance(out[-1], StartReceived)
+
+
+@pytest.mark.parametrize(
+    ("seq", "t_ms", "previous_seq", "problems"),
+    [
+        (9, 800, 7, []),
+        (9, 800, 8, []),  # previous_seq past what was read: messages lost in flight
+        (9, 800, 6, ["resume.previous_seq 6 is below 7, already read"]),
+        (7, 800, 7, ["seq 7 is not past resume.previous_seq 7"]),
+        (9, 600, 7, ["t_ms 600 after 700: it never goes back"]),
+    ],
+)
+def test_a_resumption_continues_from_what_the_previous_link_read(
+    seq: int, t_ms: int, previous_seq: int, problems: list[str]
+) -> None:
+    core = AgentCore(0.0, last_read=(7, 700))
+    resume = {"attempt": 1, "previous_seq": previous_seq, "down_ms": 100}
+    out = core.receive_text(start(seq=seq, t_ms=t_ms, resume=resume), 0.0)
+    assert _envelope_problems(out) == problems
+    assert isinstance(out[-1], StartReceived) and core.last_seq == seq
+
+
+def test_a_new_link_of_a_started_call_must_resume_it() -> None:
+    out = AgentCore(0.0, last_read=(7, 700)).receive_text(start(), 0.0)
+    assert _envelope_problems(out) == ["session.start again, without resume"]
+
+
+def test_what_the_agent_drops_as_the_servers_fault_carries_its_code() -> None:
+    deciding = AgentCore(0.0)
+    deciding.receive_text(start(), 0.0)
+    [early] = deciding.receive_text(frame("user.text", 2, epoch=1, text="hi"), 0.1)
+    assert isinstance(early, Ignored) and early.code == "bad_message"
+    [binary] = _open_core().receive_binary(b"\x01", 0.0)
+    [unknown] = _open_core().receive_text(frame("bot.future_event", 2), 0.0)
+    assert isinstance(binary, Ignored) and binary.code == "bad_message"
+    assert isinstance(unknown, Ignored) and unknown.code is None  # forward compatibility
+
+
 # -- the event buffer and the resume registry ---------------------------------------------------
 
 

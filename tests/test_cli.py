@@ -113,8 +113,8 @@ def test_capture_round_trip(tmp_path: Path) -> None:
         ("", "line 1: empty file"),
         ("[]\n", "line 1: not a voxwire capture"),
         (
-            '{"capture":"voxwire","version":2,"protocol":"ovp","recorded_by":"client"}\n',
-            "line 1: capture version 2",
+            '{"capture":"voxwire","version":3,"protocol":"ovp","recorded_by":"client"}\n',
+            "line 1: capture version 3",
         ),
         (
             '{"capture":"voxwire","version":1,"protocol":"sip","recorded_by":"client"}\n',
@@ -602,9 +602,7 @@ def test_a_resumed_brisvox_call_is_clean(
     capture.update(2, resume=False)
     done = voxwire("validate", str(capture.write(path)), "--protocol", "brisvox")
     assert done.returncode == 1
-    assert (
-        f"{path}:{start + 1}: bad_message: a resumption of a call the agent cannot" in done.stdout
-    )
+    assert f"{path}:{start + 1}: bad_message: the engine would not reconnect" in done.stdout
 
 
 @pytest.mark.parametrize(

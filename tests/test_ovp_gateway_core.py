@@ -192,17 +192,19 @@ def test_gateway_reports_bad_frames_at_most_once_a_second() -> None:
     out = core.receive_binary(link, frame(1, 1), 1.0)  # direction must match the sender
     error = error_of(out)
     assert error["code"] == "OVP_AUDIO_FRAME_INVALID" and error["details"] == {"dropped_frames": 1}
-    for size in (0, 651, 653):
-        assert (
-            core.receive_binary(link, frame(0, 2, size=size) + b"x" * max(0, size - 652), 1.2) == []
-        )
+    for size in (0, 651, 653):  # dropped, each an Ignored with its code; no error event yet
+        out = core.receive_binary(link, frame(0, 2, size=size) + b"x" * max(0, size - 652), 1.2)
+        assert [(type(o), getattr(o, "code", None)) for o in out] == [
+            (Ignored, "OVP_AUDIO_FRAME_INVALID")
+        ]
     assert core.next_deadline() == pytest.approx(2.0)
     assert core.tick(1.9) == []
     error = error_of(core.tick(2.0))
     assert error["code"] == "OVP_AUDIO_FRAME_INVALID" and error["details"] == {"dropped_frames": 3}
     error = error_of(core.receive_binary(link, frame(0, 0), 2.5))  # frame_seq did not advance
     assert error["code"] == "OVP_SEQ_REGRESSION" and error["details"] == {"dropped_frames": 1}
-    assert core.receive_binary(link, frame(0, 0), 2.6) == []  # each code has its own limit
+    out = core.receive_binary(link, frame(0, 0), 2.6)  # each code has its own limit
+    assert [(type(o), getattr(o, "code", None)) for o in out] == [(Ignored, "OVP_SEQ_REGRESSION")]
     error = error_of(core.tick(3.5))
     assert error["code"] == "OVP_SEQ_REGRESSION" and error["details"] == {"dropped_frames": 1}
     assert of(AudioIn, core.receive_binary(link, frame(0, 1), 3.1))

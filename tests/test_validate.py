@@ -7,6 +7,8 @@ import json
 from functools import cache
 from typing import Any
 
+import pytest
+
 from codegen.ir import resolve
 from codegen.loader import load
 from tests.conftest import ROOT
@@ -82,7 +84,7 @@ def test_the_seq_after_a_refused_message_is_still_checked() -> None:
     )
     found = [f for f in _check(capture) if isinstance(f, Violation)]
     assert [(f.line, f.code) for f in found] == [(8, "bad_message"), (9, "bad_message")]
-    assert found[1].text == "seq 6 after 6: +1 a message on a link"
+    assert found[1].text == "user.text $.seq: seq 6 after 6: +1 a message on a link"
 
 
 def test_a_refused_message_without_a_readable_seq_changes_nothing() -> None:
@@ -93,3 +95,80 @@ def test_a_refused_message_without_a_readable_seq_changes_nothing() -> None:
     assert [(f.line, f.code) for f in _check(capture) if isinstance(f, Violation)] == [
         (8, "bad_message")
     ]
+
+
+def test_an_event_before_the_accept_is_what_the_engine_would_not_send() -> None:
+    capture = _capture(
+        "brisvox",
+        [
+            ("server", _brisvox_server("session.start", 1)),
+            ("server", _brisvox_server("user.text", 2)),
+            ("agent", _examples("brisvox")["session.accept"]),
+            ("server", _brisvox_server("user.text", 3)),
+        ],
+    )
+    found = _check(capture)
+    assert found == [
+        Violation(3, "bad_message", "the engine writes no user.text here (the link is handshaking)")
+    ]
+
+
+def test_a_tool_call_the_agent_did_not_offer_is_refused_in_the_engines_words() -> None:
+    call = _brisvox_server("tool.call", 6, name="launch_rockets", arguments={})
+    found = _check(_capture("brisvox", _call(("server", call))))
+    assert [(f.line, f.code) for f in found] == [(8, "bad_message")]
+    assert "launch_rockets" in found[0].text and "not offered" in found[0].text
+
+
+def _resumed(header_version: int, link_events: bool) -> str:
+    """A call whose agent declared resume, its link lost after seq 5 and taken up again."""
+    accept = {**_examples("brisvox")["session.accept"], "resume": True}
+    resume = {"attempt": 1, "previous_seq": 5, "down_ms": 100}
+    start = {**_brisvox_server("session.start", 6), "t_ms": 600, "resume": resume}
+    lines = _capture("brisvox", _call()).splitlines()
+    lines[2] = json.dumps({"t": 0.02, "from": "agent", "text": json.dumps(accept)})
+    header = json.loads(lines[0])
+    lines[0] = json.dumps({**header, "version": header_version})
+    if link_events:
+        lines += [json.dumps({"t": 1.0, "link": "lost"}), json.dumps({"t": 1.5, "link": "open"})]
+    lines += [
+        json.dumps({"t": 1.5, "from": "server", "text": json.dumps(start)}),
+        json.dumps({"t": 1.51, "from": "agent", "text": json.dumps(accept)}),
+        json.dumps(
+            {
+                "t": 1.52,
+                "from": "server",
+                "text": json.dumps(_brisvox_server("events.lost", 7, t_ms=610, count=0)),
+            }
+        ),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize(
+    ("version", "link_events"), [(1, False), (2, False), (2, True)], ids=["v1", "v2", "v2-links"]
+)
+def test_a_resumption_is_clean_with_its_link_events_recorded_or_not(
+    version: int, link_events: bool
+) -> None:
+    assert _check(_resumed(version, link_events)) == []
+
+
+def test_a_link_event_in_a_version_1_capture_is_a_capture_error() -> None:
+    lines = _resumed(1, False).splitlines()
+    lines.insert(3, json.dumps({"t": 0.03, "link": "lost"}))
+    found = _check("\n".join(lines) + "\n")
+    assert found[0] == Violation(4, "capture", "link events need capture version 2")
+
+
+def test_an_ovp_client_event_before_session_start_is_one_violation() -> None:
+    start = _examples("ovp")["session.start"]
+    agent_input = {**_examples("ovp")["agent.input"], "seq": 0, "session_id": start["session_id"]}
+    header = {"capture": "voxwire", "version": 2, "protocol": "ovp", "recorded_by": "client"}
+    lines = [
+        json.dumps(header),
+        json.dumps({"t": 0.0, "from": "client", "text": json.dumps(agent_input)}),
+        json.dumps({"t": 0.1, "from": "server", "text": json.dumps(start)}),
+    ]
+    found = _check("\n".join(lines) + "\n")
+    assert [(f.line, f.code) for f in found] == [(2, "OVP_EVENT_SCHEMA_INVALID")], found

@@ -1,17 +1,22 @@
 """Captures: a recorded session, one JSON line per WebSocket message.
 
 ```text
-{"capture": "voxwire", "version": 1, "protocol": "ovp", "recorded_by": "client"}
+{"capture": "voxwire", "version": 2, "protocol": "ovp", "recorded_by": "client"}
 {"t": 0.0012, "from": "server", "text": "{\"type\":\"session.start\",...}"}
 {"t": 0.0213, "from": "client", "binary": "AQAAAA..."}
+{"t": 4.5, "link": "lost"}
+{"t": 5.1, "link": "open"}
 ```
 
 The first line says what the file is; every other line is one message: ``t`` (seconds since the
 capture began), ``from`` (the sender: ``server`` or ``agent`` for Brisvox, ``server`` or
 ``client`` for OVP) and either ``text`` (the text frame, as sent) or ``binary`` (the binary frame,
-base64). Both runtimes write captures through ``CaptureWriter`` (the ``record`` option of
-``AgentServer``, ``EngineLink``, ``OVPClient`` and ``Gateway``); ``voxwire validate`` reads them
-with ``read_capture``, line by line, in constant memory.
+base64); or, since version 2, a link event: ``link`` is ``lost`` (the connection dropped),
+``closed`` (it closed with the close handshake) or ``open`` (a new connection of the same
+session; the first one is implied). Both runtimes write captures through ``CaptureWriter`` (the
+``record`` option of ``AgentServer``, ``EngineLink``, ``OVPClient`` and ``Gateway``); ``voxwire
+validate`` reads them with ``read_capture``, line by line, in constant memory. Version 1 files
+(no link events) are read too.
 """
 
 from __future__ import annotations
@@ -27,19 +32,26 @@ from typing import IO, Final, Protocol, TypeAlias
 
 __all__ = [
     "CAPTURE_VERSION",
+    "LINK_EVENTS",
     "PROTOCOL_SENDERS",
     "CaptureError",
     "CaptureHeader",
     "CaptureWriter",
     "Frame",
+    "LinkEvent",
     "Record",
     "Recorder",
     "open_recorder",
     "read_capture",
 ]
 
-CAPTURE_VERSION: Final = 1
-"""The version of the capture format this module reads and writes."""
+CAPTURE_VERSION: Final = 2
+"""The version of the capture format this module writes; it reads 1 (no link events) too."""
+
+READ_VERSIONS: Final = (1, CAPTURE_VERSION)
+
+LINK_EVENTS: Final = ("lost", "closed", "open")
+"""What a link event line says: the connection dropped, closed cleanly, or a new one opened."""
 
 PROTOCOL_SENDERS: Final[dict[str, tuple[str, str]]] = {
     "brisvox": ("server", "agent"),
@@ -64,6 +76,8 @@ class CaptureHeader:
     protocol: str
     recorded_by: str
     """The role that wrote the capture (one of the protocol's senders)."""
+    version: int = CAPTURE_VERSION
+    """The format's version: 1 records no link events."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +89,15 @@ class Frame:
     sender: str
     data: str | bytes
     """The text frame as a str, or the binary frame's bytes."""
+
+
+@dataclass(frozen=True, slots=True)
+class LinkEvent:
+    """A recorded link event: the connection was ``lost`` or ``closed``, or a new one ``open``."""
+
+    line: int
+    t: float
+    event: str
 
 
 class Recorder(Protocol):
@@ -141,6 +164,12 @@ class CaptureWriter:
             entry["binary"] = base64.b64encode(data).decode("ascii")
         self._write(entry)
 
+    def link(self, event: str) -> None:
+        """Append a link event: ``lost``, ``closed`` or ``open`` (one of :data:`LINK_EVENTS`)."""
+        if event not in LINK_EVENTS:
+            raise ValueError(f"a link event is one of {LINK_EVENTS}, not {event!r}")
+        self._write({"t": round(time.monotonic() - self._start, 6), "link": event})
+
     def close(self) -> None:
         self._file.close()
 
@@ -155,7 +184,9 @@ class CaptureWriter:
         self._file.flush()
 
 
-def read_capture(lines: IO[str]) -> tuple[CaptureHeader, Iterator[Frame | CaptureError]]:
+def read_capture(
+    lines: IO[str],
+) -> tuple[CaptureHeader, Iterator[Frame | LinkEvent | CaptureError]]:
     """The header of a capture, and an iterator over its messages in file order.
 
     The iterator yields a ``CaptureError`` for a line it cannot read (and goes on with the
@@ -170,10 +201,9 @@ def read_capture(lines: IO[str]) -> tuple[CaptureHeader, Iterator[Frame | Captur
         raise CaptureError(1, f"the header is not JSON: {exc}") from None
     if not isinstance(head, dict) or head.get("capture") != "voxwire":
         raise CaptureError(1, 'not a voxwire capture (the header lacks "capture": "voxwire")')
-    if head.get("version") != CAPTURE_VERSION:
-        raise CaptureError(
-            1, f"capture version {head.get('version')!r}; this reads {CAPTURE_VERSION}"
-        )
+    version = head.get("version")
+    if version not in READ_VERSIONS or isinstance(version, bool):
+        raise CaptureError(1, f"capture version {version!r}; this reads {READ_VERSIONS}")
     protocol = head.get("protocol")
     senders = PROTOCOL_SENDERS.get(protocol) if isinstance(protocol, str) else None
     if senders is None:
@@ -181,21 +211,23 @@ def read_capture(lines: IO[str]) -> tuple[CaptureHeader, Iterator[Frame | Captur
     recorded_by = head.get("recorded_by")
     if recorded_by not in senders:
         raise CaptureError(1, f"recorded_by must be one of {senders}, not {recorded_by!r}")
-    header = CaptureHeader(protocol=str(protocol), recorded_by=str(recorded_by))
-    return header, _frames(lines, senders)
+    header = CaptureHeader(str(protocol), str(recorded_by), int(version))
+    return header, _frames(lines, senders, links=header.version >= 2)
 
 
-def _frames(lines: IO[str], senders: tuple[str, str]) -> Iterator[Frame | CaptureError]:
+def _frames(
+    lines: IO[str], senders: tuple[str, str], *, links: bool
+) -> Iterator[Frame | LinkEvent | CaptureError]:
     for number, raw in enumerate(lines, start=2):
         if not raw.strip():
             continue
         try:
-            yield _frame(number, raw, senders)
+            yield _frame(number, raw, senders, links)
         except CaptureError as exc:
             yield exc
 
 
-def _frame(number: int, raw: str, senders: tuple[str, str]) -> Frame:
+def _frame(number: int, raw: str, senders: tuple[str, str], links: bool) -> Frame | LinkEvent:
     try:
         entry = json.loads(raw)
     except ValueError as exc:
@@ -205,6 +237,13 @@ def _frame(number: int, raw: str, senders: tuple[str, str]) -> Frame:
     t = entry.get("t")
     if isinstance(t, bool) or not isinstance(t, int | float) or t < 0:
         raise CaptureError(number, f"t must be a number of seconds, not {t!r}")
+    if "link" in entry:
+        event = entry["link"]
+        if not links:
+            raise CaptureError(number, "link events need capture version 2")
+        if event not in LINK_EVENTS or set(entry) != {"t", "link"}:
+            raise CaptureError(number, f"a link event is {{t, link}}, link one of {LINK_EVENTS}")
+        return LinkEvent(number, float(t), str(event))
     sender = entry.get("from")
     if sender not in senders:
         raise CaptureError(number, f"from must be one of {senders}, not {sender!r}")

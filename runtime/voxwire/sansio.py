@@ -45,6 +45,9 @@ class Ignored:
     silent); one class for both protocols' cores."""
 
     what: str
+    code: str | None = None
+    """The protocol's error code when the input broke a rule the receiver tolerates (the
+    sender's fault: ``voxwire validate`` reports it), ``None`` when the protocol allows it."""
 
 
 Action = SendText | SendBinary | Close

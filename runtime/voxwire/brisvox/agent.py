@@ -777,6 +777,9 @@ class AgentServer:
             await self._perform(link, outputs)
             return None
         start, version = started[0].start, started[0].version
+        for out in outputs:  # the start's envelope broke a rule: reported, read anyway
+            if isinstance(out, BadMessage):
+                log.warning("session %s: %s", start.session_id, out.error)
         resuming = start.resume not in (UNSET, None)
         if resuming:
             known = self._sessions.get(start.session_id)

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Final, TypeAlias
+from typing import Any, Final, TypeAlias
 
 import msgspec
 from msgspec import UNSET
@@ -226,6 +226,14 @@ class AgentCore:
         now: When the connection opened; the handshake budget counts from it.
         versions: The protocol versions this agent speaks.
         handshake_timeout: Seconds to get ``session.start`` and answer it.
+        last_read: The ``(seq, t_ms)`` of the last server message read on the call's previous
+            link, for a connection that takes a call up again: its ``session.start`` must then
+            carry ``resume`` and continue from there.
+
+    The server's envelope is checked on every message (seq one more than the last one's on the
+    link, t_ms never back, the first ``session.start`` at seq 1 and t_ms 0, a resumption past
+    ``resume.previous_seq``): a broken rule is reported as :class:`BadMessage` and the message
+    is still read, as the SDK reads it.
     """
 
     def __init__(
@@ -234,6 +242,7 @@ class AgentCore:
         *,
         versions: tuple[int, ...] = SUPPORTED_VERSIONS,
         handshake_timeout: float = SDK_HANDSHAKE_TIMEOUT_MS / 1000,
+        last_read: tuple[int, int] | None = None,
     ) -> None:
         if not versions:
             raise ValueError("an agent speaks at least one protocol version")
@@ -246,6 +255,9 @@ class AgentCore:
         """Whether the server's ``session.end`` arrived (the call is over, never parked)."""
         self.last_seq = 0
         """The ``seq`` of the last server message read on this link."""
+        self.last_t_ms = 0
+        """The ``t_ms`` of the last server message read on this link."""
+        self._last_read = last_read
         self._versions = versions
         self._deadline: float | None = now + handshake_timeout
         self._running: dict[int, ToolCall] = {}
@@ -262,11 +274,19 @@ class AgentCore:
             except ProtocolError as exc:
                 return self._refused(exc, data)
             if isinstance(message, UnknownMessage):
-                return [Ignored(f"unknown server message type {message.type!r}")]
-            self.last_seq = message.seq
+                envelope = message.data
+                broken = self._envelope(message.type, envelope.get("seq"), envelope.get("t_ms"))
+                return [*broken, Ignored(f"unknown server message type {message.type!r}")]
+            seq, t_ms = message.seq, message.t_ms
+            if seq == self.last_seq + 1 and t_ms >= self.last_t_ms:  # the common case
+                self.last_seq, self.last_t_ms = seq, t_ms
+                broken = []
+            else:
+                broken = self._envelope(message.type, seq, t_ms)
             if state is AgentState.DECIDING:
-                return [Ignored(f"{message.type} before the handshake was answered")]
-            return self._dispatch(message)
+                early = f"{message.type} before the handshake was answered"
+                return [*broken, Ignored(early, ErrorCode.BAD_MESSAGE)]
+            return [*broken, *self._dispatch(message)] if broken else self._dispatch(message)
         if state is AgentState.AWAITING_START:
             return self._first(data)
         return [Ignored("a message after the link was closed")]
@@ -278,7 +298,12 @@ class AgentCore:
             return self._step(
                 AgentInput.BAD_START, _Step(reason="expected session.start, got a binary frame")
             )
-        return [Ignored(f"a binary frame of {len(data)} bytes (not part of the protocol)")]
+        return [
+            Ignored(
+                f"a binary frame of {len(data)} bytes (not part of the protocol)",
+                ErrorCode.BAD_MESSAGE,
+            )
+        ]
 
     def accept(self, accept: SessionAccept, now: float) -> list[AgentOutput]:
         """Answer the ``session.start`` with ``accept`` (its version must be the one picked).
@@ -403,15 +428,67 @@ class AgentCore:
                 AgentInput.BAD_START, _Step(reason=f"expected session.start, got {start.type}")
             )
         self.start = start
-        self.last_seq = start.seq
+        broken = self._start_envelope(start)
+        self.last_seq, self.last_t_ms = start.seq, start.t_ms
         common = set(start.versions) & set(self._versions)
         if not common:
             rejection = self._rejection(
                 ErrorCode.UNSUPPORTED_VERSION, f"this agent speaks versions {list(self._versions)}"
             )
-            return self._step(AgentInput.NO_COMMON_VERSION, rejection)
+            return [*broken, *self._step(AgentInput.NO_COMMON_VERSION, rejection)]
         self.version = max(common)
-        return self._step(AgentInput.START, _Step())
+        return [*broken, *self._step(AgentInput.START, _Step())]
+
+    def _start_envelope(self, start: SessionStart) -> list[AgentOutput]:
+        """The envelope rules of a ``session.start``: a fresh call's is seq 1 at t_ms 0; a
+        resumption's seq is past ``resume.previous_seq``, which is not below what the previous
+        link read, and its t_ms does not go back."""
+        resume, last = start.resume, self._last_read
+        problems: list[tuple[str, str]] = []
+        if resume is UNSET or resume is None:
+            if last is not None:
+                problems.append(("$.resume", "session.start again, without resume"))
+            if start.seq != 1:
+                problems.append(("$.seq", f"the call's session.start has seq {start.seq}, not 1"))
+            if start.t_ms != 0:
+                problems.append(
+                    ("$.t_ms", f"the call's session.start has t_ms {start.t_ms}, not 0")
+                )
+        else:
+            previous = resume.previous_seq
+            if last is not None and previous < last[0]:
+                problems.append(
+                    (
+                        "$.resume.previous_seq",
+                        f"resume.previous_seq {previous} is below {last[0]}, already read",
+                    )
+                )
+            if start.seq <= previous:
+                problems.append(
+                    ("$.seq", f"seq {start.seq} is not past resume.previous_seq {previous}")
+                )
+            if last is not None and start.t_ms < last[1]:
+                problems.append(
+                    ("$.t_ms", f"t_ms {start.t_ms} after {last[1]}: it never goes back")
+                )
+        return [_envelope_error(start.type, path, text) for path, text in problems]
+
+    def _envelope(self, kind: str, seq: Any, t_ms: Any) -> list[AgentOutput]:
+        """Check a server message's envelope against the last one read on this link, and take
+        it as the last: seq one more (seq order is write order, and a link loses nothing),
+        t_ms never back. A broken rule is reported; the message is still read."""
+        out: list[AgentOutput] = []
+        if type(seq) is int:
+            if seq != self.last_seq + 1:
+                text = f"seq {seq} after {self.last_seq}: +1 a message on a link"
+                out.append(_envelope_error(kind, "$.seq", text))
+            self.last_seq = seq
+        if type(t_ms) is int:
+            if t_ms < self.last_t_ms:
+                text = f"t_ms {t_ms} after {self.last_t_ms}: it never goes back"
+                out.append(_envelope_error(kind, "$.t_ms", text))
+            self.last_t_ms = t_ms
+        return out
 
     def _deciding(self) -> SessionStart:
         if self.state is not AgentState.DECIDING or self.start is None:
@@ -426,7 +503,13 @@ class AgentCore:
     def _refused(self, error: ProtocolError, data: bytes | str) -> list[AgentOutput]:
         """A server message that breaks the protocol. A tool.call whose id is valid is answered
         with an error result at once (the server would wait out its timeout otherwise); the
-        rest is reported, since the agent has no error message to send."""
+        rest is reported, since the agent has no error message to send. A refused message
+        still took its seq and t_ms: the next one follows it."""
+        seq, t_ms = field_of_refused(data, "seq"), field_of_refused(data, "t_ms")
+        if type(seq) is int:
+            self.last_seq = seq
+        if type(t_ms) is int:
+            self.last_t_ms = t_ms
         if error.message_type == ToolCall.type:
             request_id = field_of_refused(data, "id")
             if type(request_id) is int and 0 <= request_id <= JSON_SAFE_INTEGER:
@@ -456,10 +539,15 @@ class AgentCore:
                 return [Ignored(f"command.result {message.id!r} for no waiting command")]
             return [CommandAnswered(message)]
         if isinstance(message, SessionStart):
-            return [Ignored("a second session.start")]
+            return [Ignored("a second session.start", ErrorCode.BAD_MESSAGE)]
         if isinstance(message, SessionEnd):
             self.ended = True
         return [EventReceived(message)]
+
+
+def _envelope_error(kind: str, path: str, text: str) -> BadMessage:
+    error = ProtocolError(ErrorCode.BAD_MESSAGE, text, path=path, message_type=kind)
+    return BadMessage(error, answered=False)
 
 
 def _close(code: int, reason: str) -> Callable[[AgentCore, _Step], list[AgentOutput]]:

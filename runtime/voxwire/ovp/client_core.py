@@ -225,6 +225,10 @@ class ClientCore:
     def receive_text(self, data: bytes | str, now: float) -> list[ClientOutput]:
         """Judge one text message from the gateway."""
         if self.state not in _RECEIVING:
+            if self._ended():
+                return [
+                    Ignored("a text message after session.end", ErrorCode.OVP_EVENT_SCHEMA_INVALID)
+                ]
             return [Ignored(f"a text message while {self.state.value}")]
         try:
             message = decode(data, sender="server")
@@ -241,7 +245,13 @@ class ClientCore:
                 close=CloseCode.NORMAL,
             )
         if self.last_server_seq is not None and seq <= self.last_server_seq:
-            return [Ignored(f"server seq {seq} already processed (a replayed duplicate)")]
+            return [
+                Ignored(
+                    f"seq {seq} is not greater than {self.last_server_seq}, already processed"
+                    " (a replayed duplicate)",
+                    ErrorCode.OVP_SEQ_REGRESSION,
+                )
+            ]
         self.last_server_seq = seq
         if isinstance(message, UnknownMessage):  # forward compatibility: counted, not delivered
             return [Ignored(f"server event of unknown type {message.type!r}")]
@@ -260,6 +270,10 @@ class ClientCore:
     ) -> list[ClientOutput]:
         """Judge one binary message (an audio frame) from the gateway."""
         if self.state not in _SENDING:
+            if self._ended():
+                return [
+                    Ignored("an audio frame after session.end", ErrorCode.OVP_AUDIO_FRAME_INVALID)
+                ]
             return [Ignored("an audio frame outside the session")]
         try:
             frame = decode_frame(data, expected_direction=FrameDirection.SERVER_TO_CLIENT)
@@ -340,6 +354,10 @@ class ClientCore:
         return [self._over(ErrorCode.OVP_RESUME_EXPIRED, detail)]
 
     # ------------------------------------------------------------------ internals
+
+    def _ended(self) -> bool:
+        """Whether the gateway's ``session.end`` arrived (nothing may follow it on the link)."""
+        return self.over is not None and self.over.end is not None
 
     def _go(self, event: ClientInput) -> None:
         """Take the transition ``event`` from the current state (a missing one is a bug here)."""

@@ -625,7 +625,8 @@ class GatewayCore:
     ) -> list[GatewayOutput]:
         """Judge one binary message (an audio frame) from connection ``link``."""
         if link != self.current_link or self.state is not GatewayState.LIVE:
-            return [Ignored("an audio frame before the session started or resumed")]
+            early = ErrorCode.OVP_AUDIO_FRAME_INVALID if self.state is GatewayState.NEW else None
+            return [Ignored("an audio frame before the session started or resumed", early)]
         try:
             frame = decode_frame(data, expected_direction=FrameDirection.CLIENT_TO_SERVER)
         except ProtocolError as exc:
@@ -797,7 +798,7 @@ class GatewayCore:
     ) -> list[GatewayOutput]:
         """A recoverable error about a client event (it goes on the stream, to its link)."""
         if self.state not in _STARTED:
-            return [Ignored(f"{code} outside the session: {message}")]
+            return [Ignored(f"{code} outside the session: {message}", code)]
         fields: dict[str, Any] = {"code": code, "message": message, "recoverable": True}
         if details:
             fields["details"] = details
@@ -807,7 +808,8 @@ class GatewayCore:
         errors = self._frame_errors[code]
         errors.dropped += 1
         errors.last_detail = detail
-        return self._report_frames(code, errors, now) if errors.due(now) else []
+        dropped: list[GatewayOutput] = [Ignored(detail, code)]  # reported at most once a second
+        return dropped + self._report_frames(code, errors, now) if errors.due(now) else dropped
 
     def _report_frames(
         self, code: ErrorCode, errors: _FrameErrors, now: float

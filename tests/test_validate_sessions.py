@@ -1,0 +1,70 @@
+"""`voxwire validate` on every generated session case as a capture (link events included): the
+side under test's core, as validate drives it, gives each step the case's verdict, and every
+broken rule is a violation at its line with the verdict's code."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from voxwire.capture import CaptureWriter, read_capture
+from voxwire.conformance import Case, load_cases
+from voxwire.validate import SIDE_OF, Judgement, Tally, Violation, check_capture, replay
+
+
+@pytest.fixture(scope="module")
+def sessions() -> list[Case]:
+    return [c for c in load_cases() if c.kind == "session"]
+
+
+def _as_capture(case: Case) -> str:
+    """The case's steps as a version 2 capture, recorded by the side under test."""
+    side = case.data["side"]
+    recorded_by = next(s for s, name in SIDE_OF[case.protocol].items() if name == side)
+    header = {"capture": "voxwire", "version": 2, "protocol": case.protocol}
+    lines = [json.dumps({**header, "recorded_by": recorded_by})]
+    lines += [json.dumps(step) for step in case.data["steps"]]
+    return "\n".join(lines) + "\n"
+
+
+def _judgements(capture: str) -> list[Judgement]:
+    _, items = replay(io.StringIO(capture))
+    judgements = [j for j in items if isinstance(j, Judgement)]
+    return judgements
+
+
+def test_every_case_gets_its_verdicts_from_validate(sessions: list[Case]) -> None:
+    assert len(sessions) == 31
+    for case in sessions:
+        judgements = _judgements(_as_capture(case))
+        assert [j.line for j in judgements] == list(range(2, len(case.data["steps"]) + 2))
+        side = case.data["side"]
+        got = [j.sides[side].verdict if side in j.sides else None for j in judgements]
+        assert got == case.expect["steps"], case.id
+
+
+def test_every_error_verdict_is_a_violation_with_its_code(sessions: list[Case]) -> None:
+    for case in sessions:
+        _, findings = check_capture(io.StringIO(_as_capture(case)), Tally())
+        found = {f.line - 2: f.code for f in findings if isinstance(f, Violation)}
+        errors = {
+            i: v["code"] for i, v in enumerate(case.expect["steps"]) if v["verdict"] == "error"
+        }
+        assert {i: found.get(i) for i in errors} == errors, (case.id, found)
+        for i in set(found) - set(errors):  # what else broke a rule: the peer's doing
+            assert case.expect["steps"][i]["verdict"] in ("ignored", "close", "sent"), (case.id, i)
+
+
+def test_a_capture_writes_and_reads_link_events(tmp_path: pytest.TempPathFactory) -> None:
+    path = f"{tmp_path}/links.jsonl"
+    with CaptureWriter(path, protocol="ovp", recorded_by="client") as capture:
+        capture.link("lost")
+        capture.link("open")
+        with pytest.raises(ValueError, match="a link event is one of"):
+            capture.link("sideways")
+    with open(path, encoding="utf-8") as lines:
+        header, items = read_capture(lines)
+        assert header.version == 2
+        assert [getattr(i, "event", None) for i in items] == ["lost", "open"]
