@@ -183,6 +183,102 @@ def test_on_drained_tells_the_room_after_each_drain() -> None:
     run(main)
 
 
+def test_an_eager_link_writes_a_message_alone_in_its_turn_at_once_and_the_rest_at_its_end() -> None:
+    async def main() -> None:
+        async with peer_and_client() as (peer, ws, _):
+            rooms: list[int] = []
+            outbound = Outbound(event_bound=4, overflow=Overflow.WAIT, control_first=False)
+            link = Link(
+                ws, outbound, clock=SYSTEM_CLOCK, drain_timeout=2.0, on_drained=rooms.append,
+                eager=True,
+            )  # fmt: skip
+            link.control(SendBinary(b"frame 0"))
+            assert (link.drains, link.frames) == (1, 1)  # written before the turn ends
+            for n in range(4):  # the same turn: they wait for its end, in order
+                assert link.event(text(n)) is Put.QUEUED
+            assert link.event(text(4)) is Put.FULL  # the bound holds what waits
+            assert (link.drains, link.frames) == (1, 1) and rooms == []  # no report mid-turn
+            await asyncio.sleep(0)  # the turn ends
+            assert (link.drains, link.frames) == (2, 5) and rooms == [4]
+            await asyncio.sleep(0)  # a new turn: the next message alone goes at once again
+            link.control(SendBinary(b"frame 1"))
+            assert (link.drains, link.frames) == (3, 6)
+            await asyncio.sleep(0)
+            assert rooms == [4]  # a control message alone made no room: nothing to report
+            link.event(text(4))
+            assert (link.drains, link.frames) == (4, 7)
+            assert rooms == [4]
+            await asyncio.sleep(0)
+            assert rooms == [4, 4]  # the eager write's room, reported at its turn's end
+            link.close(1000)
+            await link.wait_closed()
+            await peer.closed.wait()
+            assert peer.received == [
+                b"frame 0", *(text(n).data.decode() for n in range(4)), b"frame 1",
+                text(4).data.decode(),
+            ]  # fmt: skip
+
+    run(main)
+
+
+def test_an_eager_write_reports_no_room_while_its_caller_is_amid_queuing() -> None:
+    async def main() -> None:
+        async with peer_and_client() as (peer, ws, _):
+            bound, total = 2, 10
+            handed_out = unwritten = 0
+
+            def pump() -> None:  # a core streaming on credit, as the gateway's does
+                nonlocal handed_out, unwritten
+                chunk = range(handed_out, min(handed_out + bound - unwritten, total))
+                handed_out += len(chunk)
+                unwritten += len(chunk)
+                for n in chunk:  # a report of room in here would hand out more than fits
+                    assert link.event(text(n)) is Put.QUEUED
+
+            def drained(room: int) -> None:
+                nonlocal unwritten
+                unwritten = max(0, bound - room)
+                pump()
+
+            outbound = Outbound(event_bound=bound, overflow=Overflow.WAIT, control_first=False)
+            link = Link(
+                ws, outbound, clock=SYSTEM_CLOCK, drain_timeout=2.0, on_drained=drained,
+                eager=True,
+            )  # fmt: skip
+            pump()
+            while len(peer.received) < total:
+                await asyncio.sleep(0.01)
+            assert peer.received == [text(n).data.decode() for n in range(total)]
+            link.close(1000)
+            await link.wait_closed()
+
+    run(main)
+
+
+def test_links_of_one_loop_share_the_turns_end_and_each_writes_its_own_batch() -> None:
+    async def main() -> None:
+        async with peer_and_client() as (peer, ws, _), peer_and_client() as (other, ws2, _):
+            links = [
+                Link(w, Outbound(event_bound=8, overflow=Overflow.DROP), clock=SYSTEM_CLOCK,
+                     drain_timeout=2.0)
+                for w in (ws, ws2)
+            ]  # fmt: skip
+            for n in range(3):
+                for link in links:
+                    link.event(text(n))
+            assert [link.drains for link in links] == [0, 0]  # not eager: the turn's end
+            await asyncio.sleep(0)
+            assert [(link.drains, link.frames) for link in links] == [(1, 3), (1, 3)]
+            for link in links:
+                link.close(1000)
+                await link.wait_closed()
+            for p in (peer, other):
+                await p.closed.wait()
+                assert p.received == [text(n).data.decode() for n in range(3)]
+
+    run(main)
+
+
 def test_put_event_waits_for_room_and_wait_room_returns_once_there_is_some() -> None:
     async def main() -> None:
         async with peer_and_client() as (peer, ws, _):

@@ -4,7 +4,10 @@ connection, on a ``websockets`` asyncio :class:`~websockets.asyncio.connection.C
 It owns no protocol rule: the role encodes its messages (so checks them, in its own task),
 hands the bytes to :class:`Link`, and feeds every frame it reads to :meth:`Link.heard`.
 Everything queued in one turn of the event loop is written once that turn ends, as one socket
-write (a loop callback, no task switch); while the socket's buffer is over its high-water mark
+write (one loop callback per turn for every link of the loop, no task switch); an ``eager`` link
+writes the first message of a turn at once instead, and what follows it in the same turn at the
+turn's end (a message alone in its turn, a real-time audio frame, then waits no loop turn at
+all). While the socket's buffer is over its high-water mark
 the writer task waits for it to drain, under one drain timeout, and writes what queued meanwhile
 as the next batch.
 If anything goes wrong on the way out (the drain timeout, the connection, silence past the
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -92,6 +96,10 @@ class Link:
             now (a sans-I/O core that sends on credit tops it up here).
         record: Called with each message as it is written (text as ``str``).
         name: How the logs name the link (never a URL's query).
+        eager: Write the first message queued in a loop turn at once (what follows it in the
+            same turn waits for the turn's end, as without ``eager``): a message that comes
+            alone, such as a real-time audio frame, leaves one loop turn sooner, at the cost of
+            a second write when more follows in its turn.
     """
 
     def __init__(
@@ -107,6 +115,7 @@ class Link:
         on_drained: Callable[[int], None] | None = None,
         record: Callable[[str | bytes], None] | None = None,
         name: str = "link",
+        eager: bool = False,
     ) -> None:
         self.ws = ws
         self.outbound = outbound
@@ -126,8 +135,12 @@ class Link:
         self._on_down = on_down
         self._on_drained = on_drained
         self._record = record
-        self._loop = asyncio.get_running_loop()
-        self._flush_due = False  # a flush is scheduled for the end of this loop turn
+        self._eager = eager
+        self._turn_end = _turn_end(asyncio.get_running_loop())
+        self._in_turn = False  # the link waits for the end of this loop turn
+        self._flush_due = False  # and has something to write then
+        self._report_due = False  # or the room an eager write left to report
+        self._flushing = False  # a flush runs: it writes what is queued meanwhile
         self._waiting = False  # the writer task owns the socket: it waits for a drain or closes
         self._closing: Close | None = None
         self._kick = asyncio.Event()
@@ -220,19 +233,45 @@ class Link:
         return put
 
     def _schedule(self) -> None:
-        if not self._flush_due and not self._waiting and self.down is None:
-            self._flush_due = True
-            self._loop.call_soon(self._flush)
+        if self._waiting or self._flushing or self.down is not None:
+            return  # the writer task or the running flush writes it; a link down writes nothing
+        if not self._in_turn:
+            self._in_turn = True
+            self._turn_end.join(self)
+            if self._eager and _writable(self.ws):
+                self._flush(eager=True)  # a connection not open fails at the turn's end instead
+                return
+        self._flush_due = True
 
-    def _flush(self) -> None:
-        """Write what is queued now, in one write per batch, without waiting (a loop callback).
+    def _turn_over(self) -> None:
+        """The loop turn in which the link was used ended: write what queued in it, and report
+        the room an eager write left."""
+        self._in_turn = False
+        report, self._report_due = self._report_due, False
+        if self._flush_due or report:
+            self._flush(report=report)
 
-        A full socket buffer, or the close, hands over to the writer task.
+    def _flush(self, *, eager: bool = False, report: bool = False) -> None:
+        """Write what is queued now, in one write per batch, without waiting (at the turn's end,
+        or at once for the first message of an eager link's turn).
+
+        A full socket buffer, or the close, hands over to the writer task. ``on_drained`` is
+        called after each batch, and may queue more (the loop writes it), except in an eager
+        write: its caller may be amid queuing a sequence, so the turn's end reports the room
+        (``report``), if the write made any (an audio frame alone makes none).
         """
         self._flush_due = False
-        outbound, ws = self.outbound, self.ws
+        self._flushing = True
+        outbound, ws, on_drained = self.outbound, self.ws, self._on_drained
         try:
-            while not self._waiting and self.down is None and outbound.pending:
+            while not self._waiting and self.down is None:
+                if not outbound.pending:
+                    if not report or on_drained is None:
+                        break
+                    report = False
+                    on_drained(outbound.room)
+                    continue
+                room = outbound.room
                 batch = outbound.take(self.clock.now())
                 self._room.set()
                 if batch.frames and not self._write_now(batch.frames):
@@ -243,17 +282,22 @@ class Link:
                     self._hand_over()
                 elif _over_high_water(ws):
                     self._hand_over()
-                elif self._on_drained is not None:
-                    self._on_drained(outbound.room)
+                elif eager:  # reported at the turn's end, if it made room
+                    self._report_due = on_drained is not None and outbound.room != room
+                elif on_drained is not None:
+                    report = False
+                    on_drained(outbound.room)
         except Exception as exc:
             log.exception("%s: the writer failed", self.name)
             self._go_down(DownCause.WRITER_FAILED, f"the writer failed: {exc!r}")
+        finally:
+            self._flushing = False
 
     def _write_now(self, frames: list[Frame]) -> bool:
         """Build the frames with websockets' sans-I/O protocol object and write them at once;
         False when the connection is no longer open."""
         ws = self.ws
-        if ws.protocol.state is not State.OPEN or ws.transport.is_closing():
+        if not _writable(ws):
             return False
         if self._record is not None:
             for frame in frames:
@@ -287,9 +331,7 @@ class Link:
                     await self._close(self._closing)
                     return
                 self._waiting = False
-                if self._on_drained is not None:
-                    self._on_drained(self.outbound.room)
-                self._flush()
+                self._flush(report=True)
         except asyncio.CancelledError:
             raise
         except TimeoutError:
@@ -371,6 +413,42 @@ class Link:
                 self._on_down(self.down)
             except Exception:
                 log.exception("%s: the link-down callback failed", self.name)
+
+
+class _TurnEnd:
+    """The end of the current loop turn for every link of one event loop: one loop callback a
+    turn for all of them, rather than one per link."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._links: list[Link] = []
+
+    def join(self, link: Link) -> None:
+        if not self._links:
+            self._loop.call_soon(self._run)
+        self._links.append(link)
+
+    def _run(self) -> None:
+        links, self._links = self._links, []
+        for link in links:
+            link._turn_over()
+
+
+_TURN_ENDS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _TurnEnd] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _turn_end(loop: asyncio.AbstractEventLoop) -> _TurnEnd:
+    turn_end = _TURN_ENDS.get(loop)
+    if turn_end is None:
+        turn_end = _TURN_ENDS[loop] = _TurnEnd(loop)
+    return turn_end
+
+
+def _writable(ws: Connection) -> bool:
+    """Whether frames can be written to the connection now."""
+    return ws.protocol.state is State.OPEN and not ws.transport.is_closing()
 
 
 def _over_high_water(ws: Connection) -> bool:
