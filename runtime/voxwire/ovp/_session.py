@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, TypeVar
 
+import msgspec
+
 from voxwire.errors import VoxwireError
 from voxwire.ovp import (
     CHANNELS,
@@ -70,15 +72,13 @@ class SessionStateError(VoxwireError, RuntimeError):
     """A call the session's state does not allow (sending before the start or after the end)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Sent:
+class Sent(msgspec.Struct, frozen=True):
     """An event this side stamped and wrote (the stamped message, as the peer receives it)."""
 
     message: Message
 
 
-@dataclass(frozen=True, slots=True)
-class AudioIn:
+class AudioIn(msgspec.Struct, frozen=True):
     """An audio frame from the peer that passed the header and frame_seq checks."""
 
     frame: AudioFrame

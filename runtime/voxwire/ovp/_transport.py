@@ -41,9 +41,11 @@ def open_link(
     on_down: Callable[[LinkDown], None] | None = None,
 ) -> Link:
     """The link of one OVP connection: everything in the order it was queued (seq is stamped when
-    a message is queued), events bounded with producer back-pressure, a drain bounded by
-    ``write_timeout``, and down ``keepalive`` clock seconds after the last sign of life (pinged
-    every ``keepalive * PING_INTERVAL_MS / SILENCE_TIMEOUT_MS``: decision keepalive-one-interval).
+    a message is queued), written at once when it comes alone in its loop turn (an audio frame
+    waits for no turn's end: ``eager``), events bounded with producer back-pressure, a drain
+    bounded by ``write_timeout``, and down ``keepalive`` clock seconds after the last sign of
+    life (pinged every ``keepalive * PING_INTERVAL_MS / SILENCE_TIMEOUT_MS``: decision
+    keepalive-one-interval).
     """
     outbound = Outbound(event_bound=WRITE_QUEUE, overflow=Overflow.WAIT, control_first=False)
     return Link(
@@ -61,6 +63,7 @@ def open_link(
         on_down=on_down,
         record=record,
         name=name,
+        eager=True,
     )
 
 
@@ -81,7 +84,9 @@ class Inbox(Generic[T]):
     """A bounded queue from the reader to the application that never makes the reader wait.
 
     An item that finds it full is dropped and counted (``lost``); :meth:`close` ends it once what
-    it holds is taken.
+    it holds is taken. Each waiting consumer waits on a future of its own (no ``asyncio.Event``,
+    which looks its loop up on every wait): one audio frame wakes the application for the price
+    of that future.
     """
 
     def __init__(self, maxsize: int) -> None:
@@ -89,7 +94,7 @@ class Inbox(Generic[T]):
         self.lost = 0
         self.closed = False
         self._items: deque[T] = deque()
-        self._ready = asyncio.Event()
+        self._waiters: list[asyncio.Future[None]] = []
 
     def put(self, item: T) -> bool:
         """Add ``item``; ``False`` (and counted in ``lost``) when the inbox is full or closed."""
@@ -97,19 +102,32 @@ class Inbox(Generic[T]):
             self.lost += 1
             return False
         self._items.append(item)
-        self._ready.set()
+        if self._waiters:
+            self._wake()
         return True
 
     def close(self) -> None:
         """No more items: :meth:`get` raises ``StopAsyncIteration`` once the inbox is empty."""
         self.closed = True
-        self._ready.set()
+        self._wake()
 
     async def get(self) -> T:
         """The oldest item; ``StopAsyncIteration`` once closed and empty."""
-        while not self._items:
+        items = self._items
+        while not items:
             if self.closed:
                 raise StopAsyncIteration
-            self._ready.clear()
-            await self._ready.wait()
-        return self._items.popleft()
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            finally:
+                if waiter in self._waiters:  # cancelled before any put woke it
+                    self._waiters.remove(waiter)
+        return items.popleft()
+
+    def _wake(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)

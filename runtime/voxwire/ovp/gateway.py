@@ -41,7 +41,9 @@ from urllib.parse import parse_qs, urlsplit
 import jwt
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
+from websockets.frames import Frame, Opcode
 from websockets.http11 import Request, Response
+from websockets.protocol import Event
 
 from voxwire.capture import Record, open_recorder
 from voxwire.clock import SYSTEM_CLOCK, Clock
@@ -127,6 +129,9 @@ _TOMBSTONE_S: Final = MAX_TOKEN_LIFETIME_S + 2 * TOKEN_CLOCK_LEEWAY_S
 _LOOPBACK: Final = frozenset({"127.0.0.1", "::1", "localhost"})
 # Outputs that never move one of the core's deadlines (an empty output may: a frame error).
 _NO_DEADLINE: Final = (AudioIn, ToLink)
+_BINARY: Final = Opcode.BINARY  # bound once: an Enum member look-up costs a call on 3.11
+_DATA_OPCODES: Final = (Opcode.TEXT, _BINARY)
+"""The first frame of a message (a continuation frame belongs to the message before it)."""
 _CLUSTER_KEY: Final = "ovp"
 """The protocol's name in the owner directory (voxwire.cluster), beside Brisvox's."""
 _OWNERSHIP_S: Final = 24 * 3600.0
@@ -252,6 +257,37 @@ def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
+class _GatewayConnection(ServerConnection):
+    """A gateway connection that hands each audio frame to its session as ``websockets`` parses
+    it (``on_binary``, called in ``data_received``), rather than through its message queue and a
+    wakeup of the session's reader task: a frame costs no loop turn on its way in.
+
+    Only a whole binary message takes that path, and only while no message is waiting in the
+    queue (``queued``: what the reader has not read yet), so the order of arrival holds; text
+    (UTF-8 checked by ``websockets``), fragmented messages and whatever arrives behind them go
+    through the queue.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.on_binary: Callable[[bytes], None] | None = None
+        self.queued = 0
+
+    def process_event(self, event: Event) -> None:
+        if type(event) is Frame and event.opcode in _DATA_OPCODES:
+            on_binary = self.on_binary
+            if on_binary is not None and event.fin and event.opcode is _BINARY and not self.queued:
+                data = event.data
+                on_binary(data if type(data) is bytes else bytes(data))
+                return
+            self.queued += 1
+        super().process_event(event)
+
+    def read_one(self) -> None:
+        """The reader took one message from the queue."""
+        self.queued -= 1
+
+
 class GatewaySession(GatewaySends[ServerMessage], GatewayReceives):
     """One session as the gateway's application sees it, across the client's reconnects.
 
@@ -313,7 +349,14 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives):
 
     def send_audio(self, pcm: bytes | bytearray | memoryview, *, flags: int = 0) -> None:
         """Send 20 ms of agent audio (640 bytes of PCM); dropped while the client is away."""
-        self._perform(self._core.send_audio(pcm, self._clock.now(), flags=flags))
+        out = self._core.send_audio(pcm, self._clock.now(), flags=flags)
+        item = out[0] if len(out) == 1 else None
+        if type(item) is ToLink:  # the audio path: control, and no deadline moves
+            link = self._links.get(item.link)
+            if link is not None:
+                perform(link, item.action)
+        elif out:
+            self._perform(out)
 
     def fail(
         self,
@@ -431,8 +474,17 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives):
         ):
             self._wake.set()  # the timer sleeps past the new deadline, or the session is over
 
+    def _stream(self, out: list[GatewayOutput]) -> None:
+        """What the core streams once a link drained (mostly nothing: a drain of audio)."""
+        if out:
+            self._perform(out)
+
     def _deliver(self, item: ClientMessage | AudioFrame) -> None:
-        if not self._inbox.put(item) and self._inbox.lost in (1, 10, 100, 1000, 10000):
+        if not self._inbox.put(item):
+            self._report_lost()
+
+    def _report_lost(self) -> None:
+        if self._inbox.lost in (1, 10, 100, 1000, 10000):
             log.warning(
                 "session %s: the application is not keeping up: %d items lost",
                 self.session_id,
@@ -492,7 +544,11 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives):
             self._capture = None
 
     async def _serve(self, ws: ServerConnection) -> None:
-        """Carry the session over one connection until it closes."""
+        """Carry the session over one connection until it closes.
+
+        An audio frame is judged as ``websockets`` parses it (:class:`_GatewayConnection`), and
+        everything else by this task, in arrival order either way.
+        """
         core, clock, recorder = self._core, self._clock, self._recorder
         record = None if recorder is None else partial(recorder.record, "server")
         link, out = core.open_link(clock.now())
@@ -503,22 +559,52 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives):
             keepalive=self._gateway.keepalive,
             name=f"OVP session {self.session_id} link {link}",
             record=record,
-            on_drained=lambda room: self._perform(core.drained(link, room, clock.now())),
+            on_drained=lambda room: self._stream(core.drained(link, room, clock.now())),
         )
         self._links[link] = way_out
         self._perform(out)
+        deliver = self._inbox.put
+
+        def receive_binary(data: bytes) -> None:
+            now = clock.now()
+            way_out.heard(now)
+            if recorder is not None:
+                recorder.record("client", data)
+            out = core.receive_binary(link, data, now)
+            item = out[0] if len(out) == 1 else None
+            if type(item) is AudioIn:  # the audio path: no deadline moves
+                if not deliver(item.frame):
+                    self._report_lost()
+            else:
+                self._perform(out)
+
+        def receive_binary_now(data: bytes) -> None:
+            try:
+                receive_binary(data)
+            except Exception as exc:  # in websockets' data_received: never raise there
+                log.exception("session %s: an audio frame failed", self.session_id)
+                way_out.abort(f"an audio frame failed: {exc!r}")
+
+        direct = ws if isinstance(ws, _GatewayConnection) else None
+        if direct is not None:
+            direct.on_binary = receive_binary_now
         try:
             async for data in ws:
-                way_out.heard()
-                if recorder is not None:
-                    recorder.record("client", data)
+                if direct is not None:
+                    direct.read_one()
                 if isinstance(data, str):
-                    self._perform(core.receive_text(link, data, clock.now()))
+                    now = clock.now()
+                    way_out.heard(now)
+                    if recorder is not None:
+                        recorder.record("client", data)
+                    self._perform(core.receive_text(link, data, now))
                 else:
-                    self._perform(core.receive_binary(link, data, clock.now()))
+                    receive_binary(data)
         except ConnectionClosed:
             pass
         finally:
+            if direct is not None:
+                direct.on_binary = None
             protocol = ws.protocol  # the client answered our close: it read all before it
             answered = protocol.close_sent is not None and protocol.close_rcvd is not None
             answered = answered and protocol.close_rcvd_then_sent is False
@@ -625,6 +711,7 @@ class Gateway:
             compression=None,
             max_size=MAX_RECEIVE_BYTES,
             ping_interval=None,  # the link's keepalive
+            create_connection=_GatewayConnection,
             close_timeout=self.clock.real_seconds(self.write_timeout),
             ssl=self._ssl,
         )

@@ -181,20 +181,19 @@ GATEWAY_TRANSITIONS: Final[Mapping[GatewayState, Mapping[GatewayInput, GatewaySt
 state; an input a state does not list cannot happen in it."""
 del _S, _I
 
-_STARTED: Final = frozenset({GatewayState.LIVE, GatewayState.DROPPED})
-_ENDED: Final = frozenset({GatewayState.ENDING, GatewayState.END_UNDELIVERED})
-_WINDOWED: Final = frozenset({GatewayState.DROPPED, GatewayState.END_UNDELIVERED})
+# Tuples, not sets: membership by identity, without Enum.__hash__ (a Python call on 3.11).
+_STARTED: Final = (GatewayState.LIVE, GatewayState.DROPPED)
+_ENDED: Final = (GatewayState.ENDING, GatewayState.END_UNDELIVERED)
+_WINDOWED: Final = (GatewayState.DROPPED, GatewayState.END_UNDELIVERED)
 
 
-@dataclass(frozen=True, slots=True)
-class ClientEvent:
+class ClientEvent(msgspec.Struct, frozen=True):
     """A client event the gateway accepted, for the gateway's application."""
 
     message: ClientMessage
 
 
-@dataclass(frozen=True, slots=True)
-class ToLink:
+class ToLink(msgspec.Struct, frozen=True):
     """Perform ``action`` on the gateway's connection ``link``.
 
     ``stream``: an event of the session's stream, which counts against the link's window (the

@@ -1,0 +1,183 @@
+"""The gateway's audio path over loopback: frames judged as they are parsed, in arrival order
+with everything else, and a failure there taking the link down visibly."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+
+import pytest
+from websockets.asyncio.client import ClientConnection
+
+from tests.test_ovp_support import (
+    PCM,
+    collecting,
+    endpoint,
+    event,
+    eventually,
+    next_event,
+    raw_connect,
+    run,
+    serving,
+)
+from voxwire import ovp
+from voxwire.ovp._transport import Inbox
+from voxwire.ovp.gateway import GatewaySession
+from voxwire.ovp.gateway_core import GatewayOutput
+
+Item = ovp.ClientMessage | ovp.AudioFrame
+Message = tuple[str, str | bytes]
+
+
+def frame(frame_seq: int, pcm: bytes = PCM) -> bytes:
+    return struct.pack("<BBHII", 1, 0, 0, frame_seq, frame_seq * 320) + pcm
+
+
+def write_at_once(ws: ClientConnection, messages: list[Message]) -> None:
+    """Every message in one socket write, so the gateway parses them in one go: ``("text",
+    data)``, ``("binary", data)``, or ``("fragments", data)`` for a binary message in two frames."""
+    protocol = ws.protocol
+    for kind, data in messages:
+        if kind == "text":
+            assert isinstance(data, str)
+            protocol.send_text(data.encode())
+        elif kind == "binary":
+            assert isinstance(data, bytes)
+            protocol.send_binary(data)
+        else:
+            assert isinstance(data, bytes)
+            protocol.send_binary(data[:100], fin=False)
+            protocol.send_continuation(data[100:], fin=True)
+    ws.transport.write(b"".join(protocol.data_to_send()))
+
+
+def kinds(items: list[Item]) -> list[tuple[str, int]]:
+    return [
+        ("frame", i.frame_seq) if isinstance(i, ovp.AudioFrame) else (i.type, i.seq) for i in items
+    ]
+
+
+def test_frames_events_and_fragments_parsed_together_reach_the_application_in_order() -> None:
+    got: list[Item] = []
+
+    async def main() -> None:
+        async with serving(collecting(got)) as gateway:
+            ws = await raw_connect(endpoint(gateway))
+            assert (await next_event(ws))["type"] == "session.start"
+            write_at_once(
+                ws,
+                [
+                    ("binary", frame(0)),
+                    ("text", event("dtmf.send", 0, digits="1")),
+                    ("binary", frame(1)),  # behind an event: it must not overtake it
+                    ("binary", frame(2)),
+                    ("fragments", frame(3)),  # a fragmented frame is a frame too
+                    ("binary", frame(4)),  # behind the fragments
+                    ("text", event("dtmf.send", 1, digits="2")),
+                    ("binary", frame(5)),
+                    ("binary", frame(6)),
+                ],
+            )
+            await eventually(lambda: len(got) == 9)
+            write_at_once(ws, [("binary", frame(n)) for n in range(7, 57)])  # 50 frames at once
+            await eventually(lambda: len(got) == 59)
+            await ws.close()
+
+    run(main())
+    assert kinds(got) == [
+        ("frame", 0),
+        ("dtmf.send", 0),
+        ("frame", 1),
+        ("frame", 2),
+        ("frame", 3),
+        ("frame", 4),
+        ("dtmf.send", 1),
+        ("frame", 5),
+        *(("frame", n) for n in range(6, 57)),
+    ]
+    assert all(bytes(i.pcm) == PCM for i in got if isinstance(i, ovp.AudioFrame))
+
+
+def test_bad_frames_parsed_together_with_good_ones_are_refused_and_counted() -> None:
+    got: list[Item] = []
+
+    async def main() -> list[dict[str, object]]:
+        async with serving(collecting(got)) as gateway:
+            ws = await raw_connect(endpoint(gateway))
+            assert (await next_event(ws))["type"] == "session.start"
+            write_at_once(
+                ws,
+                [
+                    ("binary", frame(0)),
+                    ("binary", frame(1)[:-1]),  # 651 bytes
+                    ("binary", frame(1)),
+                    ("binary", frame(1)),  # frame_seq does not advance
+                ],
+            )
+            answers = [await next_event(ws), await next_event(ws)]
+            await ws.close()
+            return answers
+
+    answers = run(main())
+    assert [(a["code"], a["details"]) for a in answers] == [
+        ("OVP_AUDIO_FRAME_INVALID", {"dropped_frames": 1}),
+        ("OVP_SEQ_REGRESSION", {"dropped_frames": 1}),
+    ]
+    assert kinds(got) == [("frame", 0), ("frame", 1)]
+
+
+def test_a_failure_on_the_audio_path_takes_the_link_down_visibly(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    sessions: list[GatewaySession] = []
+    got: list[Item] = []
+
+    async def handler(session: GatewaySession) -> None:
+        sessions.append(session)
+        await collecting(got)(session)
+
+    async def main() -> None:
+        async with serving(handler) as gateway:
+            ws = await raw_connect(endpoint(gateway))
+            assert (await next_event(ws))["type"] == "session.start"
+            await ws.send(frame(0))
+            await eventually(lambda: len(got) == 1)
+            session = sessions[0]
+
+            def broken(link: int, data: object, now: float) -> list[GatewayOutput]:
+                raise RuntimeError("injected")
+
+            session._core.receive_binary = broken  # type: ignore[method-assign]
+            await ws.send(frame(1))
+            await ws.wait_closed()
+            assert ws.close_code == 1006  # aborted: no close frame
+            await eventually(lambda: not session.connected)
+            assert session.over is None  # dropped, so resumable: the session goes on
+
+    with caplog.at_level(logging.WARNING, logger="voxwire"):
+        run(main())
+    failed = [r for r in caplog.records if "an audio frame failed" in r.getMessage()]
+    assert failed and failed[0].exc_info is not None
+    downs = [r for r in caplog.records if r.name == "voxwire.link.adapter"]
+    assert any("link down: an audio frame failed" in r.getMessage() for r in downs)
+
+
+def test_an_inbox_consumer_cancelled_while_waiting_leaves_the_next_item_to_the_next_one() -> None:
+    async def main() -> None:
+        inbox: Inbox[int] = Inbox(2)
+        first = asyncio.create_task(inbox.get())
+        await asyncio.sleep(0)
+        first.cancel()
+        await asyncio.gather(first, return_exceptions=True)
+        assert inbox.put(1) and inbox.put(2)
+        assert not inbox.put(3) and inbox.lost == 1  # the bound
+        assert [await inbox.get(), await inbox.get()] == [1, 2]
+        waiting = [asyncio.create_task(inbox.get()) for _ in range(2)]
+        await asyncio.sleep(0)
+        inbox.put(4)
+        inbox.close()
+        results = await asyncio.gather(*waiting, return_exceptions=True)
+        assert results[0] == 4 and isinstance(results[1], StopAsyncIteration)
+
+    run(main())
