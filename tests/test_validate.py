@@ -172,3 +172,33 @@ def test_an_ovp_client_event_before_session_start_is_one_violation() -> None:
     ]
     found = _check("\n".join(lines) + "\n")
     assert [(f.line, f.code) for f in found] == [(2, "OVP_EVENT_SCHEMA_INVALID")], found
+
+
+def _ovp_crossing(recorded_by: str) -> str:
+    """session.start, the client's agent.input, session.end, and the client's next agent.input
+    after it in the capture."""
+    start = _examples("ovp")["session.start"]
+    end = {**_examples("ovp")["session.end"], "seq": 1, "session_id": start["session_id"]}
+    agent_input = {**_examples("ovp")["agent.input"], "session_id": start["session_id"]}
+    header = {"capture": "voxwire", "version": 2, "protocol": "ovp", "recorded_by": recorded_by}
+    steps = [
+        ("server", start),
+        ("client", {**agent_input, "seq": 0}),
+        ("server", end),
+        ("client", {**agent_input, "seq": 1}),
+    ]
+    lines = [json.dumps(header)] + [
+        json.dumps({"t": 0.1 * i, "from": sender, "text": json.dumps(message)})
+        for i, (sender, message) in enumerate(steps)
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def test_a_peer_message_that_crossed_the_recorders_in_flight_breaks_no_rule() -> None:
+    """Recorded by the gateway, the client's agent.input after session.end was sent before the
+    client read the end: its core, as it stood then, sends it. Recorded by the client itself,
+    it was sent after the end: a violation, in the client core's words."""
+    assert _check(_ovp_crossing("server")) == []
+    assert _check(_ovp_crossing("client")) == [
+        Violation(5, "OVP_EVENT_SCHEMA_INVALID", "no live session: the session is over")
+    ]

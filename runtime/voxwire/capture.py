@@ -14,9 +14,10 @@ capture began), ``from`` (the sender: ``server`` or ``agent`` for Brisvox, ``ser
 base64); or, since version 2, a link event: ``link`` is ``lost`` (the connection dropped),
 ``closed`` (it closed with the close handshake) or ``open`` (a new connection of the same
 session; the first one is implied). Both runtimes write captures through ``CaptureWriter`` (the
-``record`` option of ``AgentServer``, ``EngineLink``, ``OVPClient`` and ``Gateway``); ``voxwire
-validate`` reads them with ``read_capture``, line by line, in constant memory. Version 1 files
-(no link events) are read too.
+``record`` option of ``AgentServer``, ``EngineLink``, ``OVPClient`` and ``Gateway``), link events
+included where a session outlives its link; ``voxwire validate`` reads them with
+``read_capture``, line by line, in constant memory. Version 1 files (no link events) are read
+too.
 """
 
 from __future__ import annotations
@@ -105,6 +106,10 @@ class Recorder(Protocol):
 
     def record(self, sender: str, data: str | bytes) -> None:
         """``sender`` sent ``data`` (a text frame as str, a binary one as bytes)."""
+        ...
+
+    def link(self, event: str) -> None:
+        """The session's link changed: ``lost``, ``closed`` or ``open`` (:data:`LINK_EVENTS`)."""
         ...
 
 

@@ -13,6 +13,10 @@ accepted, a command on a link that is not open, a message its encoder refuses). 
 records none), a Brisvox ``session.start`` or an OVP ``session.resume`` on a link already up
 stands for a new link (lost, then open, at its time).
 
+A capture shows the recorder's order; a message of the other side refused only because of
+what the recorder wrote after that side's last message (a ``session.end`` it had not read yet)
+crossed it in flight, and is judged by that side's core as it stood before.
+
 So every rule and every message text is the cores' own. Each broken rule is a
 :class:`Violation` at its line of the capture, with the protocol's error code: one a line (the
 sender's refusal first), and none for the rest of a link a core closed over a broken rule. A
@@ -22,6 +26,7 @@ declined (Brisvox ``session.reject``).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any, Final, TypeAlias
@@ -123,6 +128,12 @@ class _Replay:
         self.protocol = header.protocol
         self.sides = SIDE_OF[header.protocol]
         self.players: dict[str, Player] = {}
+        self.recorder = header.recorded_by
+        self.peer = self.sides[next(s for s in self.sides if s != header.recorded_by)]
+        """The side that did not record: its messages and the recorder's may cross in flight."""
+        self.unread: Player | None = None
+        """The peer's player as it was before the recorder's messages since the peer's last
+        one: the state the peer may still have been in when it sent its next message."""
         self.opened = False
         """The last line was a recorded link event ``open``."""
 
@@ -145,6 +156,10 @@ class _Replay:
                 yield self._judge(item.line, step)
 
     def _judge(self, line: int, step: Step) -> Judgement:
+        sender = step.get("from")
+        peer = self.players.get(self.peer)
+        if sender == self.recorder and self.unread is None and peer is not None:
+            self.unread = copy.deepcopy(peer)
         judged: dict[str, Judged] = {}
         for side in self.sides.values():
             player = self.players.get(side)
@@ -152,7 +167,21 @@ class _Replay:
                 player = self._start(side, step)
             if player is not None:
                 judged[side] = player.step(step)
+        if sender is not None and sender != self.recorder:
+            self._crossed(step, judged)
+            self.unread = None
         return Judgement(line, step, judged)
+
+    def _crossed(self, step: Step, judged: dict[str, Judged]) -> None:
+        """A message the peer's core refuses only because of what the recorder wrote after the
+        peer's last message (a session.end, an end command) crossed it in flight: the peer's
+        core, as it stood before those, judges it instead."""
+        refused = judged.get(self.peer)
+        if self.unread is None or refused is None or refused.code is None:
+            return
+        before = self.unread.step(step)
+        if before.code is None:
+            judged[self.peer] = before
 
     def _start(self, side: str, step: Step) -> Player | None:
         try:

@@ -784,6 +784,10 @@ class AgentServer:
         if resuming:
             known = self._sessions.get(start.session_id)
             link.recorder = known._recorder if known is not None else None
+            if known is not None and link.recorder is not None:
+                if known._link is not None:  # half-open: the engine lost it, this side not yet
+                    link.recorder.link("lost")
+                link.recorder.link("open")
         else:
             link.recorder, link.capture = open_recorder(
                 self.record, protocol="brisvox", recorded_by="agent", session_id=start.session_id
@@ -1031,6 +1035,8 @@ class AgentServer:
         if session._ended:
             return
         if self.resume and not self._closing:
+            if session._recorder is not None:
+                session._recorder.link("lost")
             self._registry.lost(session.id, self.clock.now())
             self._expiry_wake.set()
             log.info("session %s: link lost; parked for a resumption", session.id)

@@ -712,6 +712,8 @@ class EngineLink(EngineSends[None], EngineReceives):
             self._apply(self.core.connect_failed(self.clock.now(), reason))
             return None
         self._ws = ws
+        if self._recorder is not None and self.core.link > 0:  # a reconnection
+            self._recorder.link("open")
         self._link = self._open_link(ws)
         self._apply(self.core.connected(self.clock.now()))
         return ws
@@ -777,6 +779,8 @@ class EngineLink(EngineSends[None], EngineReceives):
                 task.cancel()
             if self.core.link == number:
                 self._apply(self.core.link_lost(self.clock.now(), reason))
+            if self._recorder is not None and self.core.state is EngineState.DOWN:
+                self._recorder.link("lost")  # a reconnection follows
             self._ws = None
             self._link = None
 

@@ -42,6 +42,7 @@ from voxwire.brisvox.messages import (
     ToolDeclaration,
 )
 from voxwire.brisvox.outputs import HandshakeFailed
+from voxwire.capture import Record
 from voxwire.clock import SYSTEM_CLOCK, Clock
 from voxwire.errors import HandshakeError
 from voxwire.hosts import check_url
@@ -91,10 +92,11 @@ class AgentCall:
         refuse: Mapping[str, tuple[str, str]] | None = None,
         allow_insecure: bool = False,
         clock: Clock = SYSTEM_CLOCK,
+        record: Record = None,
     ) -> AsyncIterator[AgentCall]:
         """Connect to the agent at ``url`` and handshake; raise :class:`AgentRefused` when it
         does not take the call. The call is closed on exit (without ``session.end`` unless
-        :meth:`hang_up` ran)."""
+        :meth:`hang_up` ran). ``record`` records it, as ``EngineLink``'s option."""
         target = AgentTarget(
             check_url(url, allow_insecure=allow_insecure), token, caller_identity=call is not None
         )
@@ -106,6 +108,7 @@ class AgentCall:
             call=call,
             settings=settings,
             clock=clock,
+            record=record,
         )
         played = cls(link, refuse or {})
         try:

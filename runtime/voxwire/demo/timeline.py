@@ -162,6 +162,14 @@ class Timeline:
             if not waiter[1].done():
                 waiter[1].set_result(None)
 
+    def link(self, event: str) -> None:
+        """The call's link was lost, closed, or opened again (a Recorder's method)."""
+        t = time.monotonic() - self._start
+        if self._capture is not None:
+            self._capture.link(event)
+        self._flush_frames()
+        self._print(f"{t:7.3f}s  link {event}", "2")
+
     async def recorded(self, message_type: str, timeout: float = 5.0) -> None:
         """Wait until the next message of ``message_type`` (after this call) was recorded."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()

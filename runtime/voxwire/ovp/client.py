@@ -538,6 +538,8 @@ class OVPClient(ClientSends[Coroutine[Any, Any, ClientMessage]], ClientReceives)
                 self._perform(core.link_lost(clock.now()))
                 if core.over is not None:
                     return
+                if self._recorder is not None:
+                    self._recorder.link("lost")
                 self._notify()
                 reconnected = await self._reconnect()
                 if reconnected is None:
@@ -548,6 +550,8 @@ class OVPClient(ClientSends[Coroutine[Any, Any, ClientMessage]], ClientReceives)
                     return
                 ws = reconnected
                 self.reconnects += 1
+                if self._recorder is not None:
+                    self._recorder.link("open")
                 self._attach(ws)
         finally:
             self._events.close()

@@ -552,6 +552,8 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives):
         core, clock, recorder = self._core, self._clock, self._recorder
         record = None if recorder is None else partial(recorder.record, "server")
         link, out = core.open_link(clock.now())
+        if recorder is not None and link > 0:  # a connection after the session's first
+            recorder.link("open")
         way_out = open_link(
             ws,
             clock,
@@ -608,6 +610,8 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives):
             protocol = ws.protocol  # the client answered our close: it read all before it
             answered = protocol.close_sent is not None and protocol.close_rcvd is not None
             answered = answered and protocol.close_rcvd_then_sent is False
+            if recorder is not None and link == core.current_link:
+                recorder.link("closed" if answered else "lost")
             self._perform(core.link_lost(link, clock.now(), answered_close=answered))
             del self._links[link]
             await way_out.stop()
