@@ -53,10 +53,13 @@ from voxwire.ovp.gateway_core import (
 )
 from voxwire.sansio import Close, Ignored, SendText
 
-__all__ = ["PLAYERS", "Judged", "Player", "play"]
+__all__ = ["PLAYERS", "Judged", "Player", "Step", "Verdict", "play"]
 
 Verdict = dict[str, Any]
+"""A step's verdict as JSON (docs/conformance.md, "Sessions")."""
 Step = dict[str, Any]
+"""A case's step, or a capture line: ``{"t", "from", "text"}``, ``{"t", "from", "binary"}``
+(bytes) or ``{"t", "link"}``."""
 _ENVELOPE: Final = ("type", "seq", "ts", "session_id")
 _BROKEN: Final = {
     "brisvox": brisvox.ErrorCode.BAD_MESSAGE,
