@@ -19,7 +19,7 @@ from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Union
 
 import msgspec
 
@@ -73,8 +73,39 @@ def orjson_loads() -> Callable[[str], Any]:
 
 
 def bare_union(union: Any) -> Callable[[str], Any]:
-    """msgspec decoding into the generated Structs, nothing else."""
+    """msgspec decoding into the generated Structs, nothing else (their checks run inside it:
+    each message class runs its check as msgspec builds it)."""
     return msgspec.json.Decoder(union).decode
+
+
+def unchecked_union(union: Any) -> Callable[[str], Any]:
+    """msgspec decoding into copies of the generated message Structs without their checks
+    (their fields, names, defaults and constraints; no ``__post_init__``): the cost of the
+    types alone."""
+    copies = []
+    for cls in union.__args__:
+        config = cls.__struct_config__
+        fields = [(f.name, f.type, _field_default(f)) for f in msgspec.structs.fields(cls)]
+        copies.append(
+            msgspec.defstruct(
+                cls.__name__,
+                fields,
+                tag_field=config.tag_field,
+                tag=config.tag,
+                omit_defaults=config.omit_defaults,
+                forbid_unknown_fields=config.forbid_unknown_fields,
+                kw_only=True,
+            )
+        )
+    return msgspec.json.Decoder(Union[tuple(copies)]).decode  # noqa: UP007
+
+
+def _field_default(f: msgspec.structs.FieldInfo) -> Any:
+    if f.default is not msgspec.NODEFAULT:
+        return msgspec.field(default=f.default, name=f.encode_name)
+    if f.default_factory is not msgspec.NODEFAULT:
+        return msgspec.field(default_factory=f.default_factory, name=f.encode_name)
+    return msgspec.field(name=f.encode_name)
 
 
 def jsonschema_decoder(protocol: str, union_name: str) -> Callable[[str], Any]:

@@ -196,6 +196,17 @@ def frame_header(frame_name: str) -> str:
     return f"_{_snake(frame_name).upper()}_HEADER"
 
 
+def frame_layout(frame_name: str) -> str:
+    """``AudioFrame`` -> ``_AUDIO_FRAME_LAYOUT``: the prebuilt ``struct.Struct`` of the whole
+    frame, header and payload."""
+    return f"_{_snake(frame_name).upper()}_LAYOUT"
+
+
+def frame_refusal(frame_name: str) -> str:
+    """``AudioFrame`` -> ``_refuse_audio_frame_header``: raises the error of a bad header."""
+    return f"_refuse_{_snake(frame_name)}_header"
+
+
 def flag(flag_name: str) -> str:
     """``last_of_utterance`` -> ``FLAG_LAST_OF_UTTERANCE``: the mask of a named bit."""
     return f"FLAG_{flag_name.upper()}"
@@ -211,6 +222,10 @@ OBJECT_BASE = "Object"
 
 MESSAGE_TYPES = "MESSAGE_TYPES"
 """messages.py: every message class by its wire type."""
+
+ERRORS_MODULE = "errors"
+"""checks.py: the name it imports the protocol's errors module as (a module, so that the
+messages may import the checks before errors.py has run to its end)."""
 
 ERROR_CODE = "ErrorCode"
 """errors.py: the StrEnum of the protocol's error codes."""
@@ -248,6 +263,7 @@ RULES = frozenset(
         "at_least_one_of",
         "at_most_one_of",
         "exactly_one_of",
+        "free_form_problem",
         "max_bytes",
         "min_bytes",
         "min_fields",

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import re
+import struct
 import textwrap
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from codegen import names
@@ -64,6 +65,8 @@ class PyClass:
     shared_defaults: list[tuple[str, str, str]]
     """(attribute, module constant, literal) of each default a value must be made identical to:
     msgspec's omit_defaults leaves a field out only when its value *is* the default object."""
+    check: str | None = None
+    """The check function a message runs whenever it is built (its ``__post_init__``)."""
 
 
 @dataclass(frozen=True)
@@ -275,15 +278,19 @@ class _Builder:
             check = self._check(fs.class_name, None, fs.fields, ())
             if check is not None:
                 checks.append(check)
+        message_checks: dict[str, str] = {}
         for m in self.p.messages:
-            check = self._check(m.class_name, m.type, m.own_fields, m.rules, base=m.base)
+            check = self._check(
+                m.class_name, m.type, m.own_fields, m.rules, base=m.base, free_form=m.fields
+            )
             if check is not None:
                 checks.append(check)
+                message_checks[m.class_name] = check.function
         return PyModel(
             protocol=self.p,
             enums=enums,
             structs=structs,
-            messages=messages,
+            messages=[replace(c, check=message_checks.get(c.name)) for c in messages],
             checks=checks,
             field_codes=self._field_codes(),
             uses_meta=self.uses_meta,
@@ -459,7 +466,18 @@ class _Builder:
         return own
 
     def _code(self, code: str | None, default: str) -> str:
-        return f"{names.ERROR_CODE}." + self.error_codes[code or self.p.decode_errors[default]]
+        code_name = self.error_codes[code or self.p.decode_errors[default]]
+        return f"{names.ERRORS_MODULE}.{names.ERROR_CODE}.{code_name}"
+
+    def _free_form(self, ref: TypeRef) -> bool:
+        """Whether a value of type ``ref`` may hold any JSON, nested to any depth."""
+        if ref.kind in ("object", "any"):
+            return True
+        if ref.item is not None:
+            return self._free_form(ref.item)
+        if ref.kind == "struct" and ref.struct is not None:
+            return any(self._free_form(f.type) for f in self._members[ref.struct][0])
+        return False
 
     def _check(
         self,
@@ -468,8 +486,12 @@ class _Builder:
         fields: tuple[Field, ...],
         rules: tuple[Rule, ...],
         base: FieldSet | None = None,
+        free_form: tuple[Field, ...] = (),
     ) -> PyCheck | None:
-        if not self._needs(name):
+        """A class's check; a message's also bounds the nesting of its free-form values
+        (``free_form``: all its fields), which its typed decoding cannot bound."""
+        deep = [f for f in free_form if self._free_form(f.type)]
+        if not self._needs(name) and not deep:
             return None
         self._rules_called = set()
         body: list[str] = []
@@ -479,6 +501,8 @@ class _Builder:
             body.extend(self._field_lines(f))
         if rules:
             body.extend(self._rule_lines(fields, rules))
+        for f in deep:
+            body.extend(self._nesting_lines(f))
         what = f"``{message_type}``" if message_type else f"``{name}``"
         return PyCheck(
             function=names.check_function(name),
@@ -489,6 +513,45 @@ class _Builder:
             rules=sorted(self._rules_called),
         )
 
+    def _nesting_lines(
+        self, f: Field, owner: str = "value", where: str = "", depth: int = 2
+    ) -> list[str]:
+        """The bound on the nesting of a free-form value, found through nested objects; the
+        message is 1 deep, its fields' values 2."""
+        value = f"{owner}.{f.py_name}"
+        where = f"{where}.{f.wire_name}"
+        guard = []
+        if not f.required and not f.has_default:
+            guard.append(f"{value} is not UNSET")
+        if f.nullable:
+            guard.append(f"{value} is not None")
+        if f.type.kind == "struct" and f.type.struct is not None:
+            inner = [
+                line
+                for g in self._members[f.type.struct][0]
+                if self._free_form(g.type)
+                for line in self._nesting_lines(g, value, where, depth + 1)
+            ]
+            if guard:
+                return [f"if {' and '.join(guard)}:", *("    " + line for line in inner)]
+            return inner
+        limit = self._nesting_constant().py_name
+        call = f'{self._rule("free_form_problem")}({value}, path, "{where}", {depth}, {limit})'
+        code = self._code(None, "malformed")
+        return [  # not `problem`: the other rules' problem is a str, this one a (path, detail)
+            f"if {' and '.join([*guard, f'(too_deep := {call}) is not None'])}:",
+            f"    raise {self._error}({code}, too_deep[1], path=too_deep[0], "
+            "message_type=message_type)",
+        ]
+
+    @property
+    def _error(self) -> str:
+        """The exception the checks raise, spelled through the errors module."""
+        return f"{names.ERRORS_MODULE}.{names.PROTOCOL_ERROR}"
+
+    def _nesting_constant(self) -> Constant:
+        return next(c for c in self.p.constants if c.name == "max_nesting_depth")
+
     def _rule(self, function: str) -> str:
         """A value rule's function name, recorded for the check's imports."""
         self._rules_called.add(names.rule(function))
@@ -496,7 +559,7 @@ class _Builder:
 
     def _raise(self, code: str, where: str, problem: str = "problem") -> str:
         path = f'f"{{path}}{where}"'
-        error = names.PROTOCOL_ERROR
+        error = self._error
         return f"raise {error}({code}, {problem}, path={path}, message_type=message_type)"
 
     def _chain(self, conditions: list[str], calls: list[str], code: str, where: str) -> list[str]:
@@ -588,8 +651,7 @@ class _Builder:
             lines.append(f"if (problem := {call}) is not None:")
             detail = f'f"{{problem}}: {_escape(r.description)}"'
             lines.append(
-                f"    raise {names.PROTOCOL_ERROR}({code}, {detail}, path=path, "
-                "message_type=message_type)"
+                f"    raise {self._error}({code}, {detail}, path=path, message_type=message_type)"
             )
         return lines
 
@@ -643,6 +705,12 @@ class PyFrame:
     """(constant name, property name, mask, docstring lines) of each named bit."""
     decode_lines: list[str]
     """Checks of the unpacked header values (names bound), before the payload is touched."""
+    header_test: str
+    """The same checks as one condition, true when the header breaks any of them."""
+    layout_struct: str
+    layout_format: str
+    """The whole frame as one ``struct`` format: the header, then the payload as bytes."""
+    refusal: str
     error: str
 
 
@@ -661,6 +729,7 @@ def build_frames(protocol: Protocol) -> list[PyFrame]:
         order = "<" if frame.byte_order == "little" else ">"
         code = f"{names.ERROR_CODE}." + error_names[frame.error]
         lines: list[str] = []
+        tests: list[str] = []
         header = []
         defaults = {}
         flag_specs = []
@@ -668,14 +737,16 @@ def build_frames(protocol: Protocol) -> list[PyFrame]:
             annotation = "int"
             if f.const is not None:
                 defaults[f.name] = repr(f.const)
-                lines.append(f"if {f.name} != {f.const}:")
+                tests.append(f"{f.name} != {f.const}")
+                lines.append(f"if {tests[-1]}:")
                 lines.append(
                     _frame_raise(code, f'f"{f.name} is {{{f.name}}}, not {f.const}"', f.name)
                 )
             if f.flags:
                 mask = sum(1 << bit for bit, _, _ in f.flags)
                 defaults[f.name] = "0"
-                lines.append(f"if {f.name} & ~{mask:#04x}:")
+                tests.append(f"{f.name} & ~{mask:#04x}")
+                lines.append(f"if {tests[-1]}:")
                 lines.append(
                     _frame_raise(code, f'f"reserved bits set in {{{f.name}:#04x}}"', f.name)
                 )
@@ -683,10 +754,18 @@ def build_frames(protocol: Protocol) -> list[PyFrame]:
                     flag_specs.append((names.flag(flag), flag, 1 << bit, docstring(description)))
             if f.enum is not None:
                 allowed = names.enum_values(f.enum.name)
-                lines.append(f"if {f.name} not in {allowed}:")
+                tests.append(f"{f.name} not in {allowed}")
+                lines.append(f"if {tests[-1]}:")
                 detail = f'f"{f.name} {{{f.name}}} is not one of {{sorted({allowed})}}"'
                 lines.append(_frame_raise(code, detail, f.name))
             header.append((f.name, annotation, docstring(f.description)))
+        header_format = "".join(_STRUCT_CODES[f.kind] for f in frame.header)
+        if frame.payload.offset != struct.calcsize(order + header_format) or (
+            frame.payload.offset + frame.payload.size != frame.size
+        ):
+            raise ValueError(
+                f"frame {frame.name}: the payload must fill the frame after the header"
+            )
         frames.append(
             PyFrame(
                 name=frame.name,
@@ -694,7 +773,7 @@ def build_frames(protocol: Protocol) -> list[PyFrame]:
                 size_constant=names.frame_size(frame.name),
                 header_struct=names.frame_header(frame.name),
                 size=frame.size,
-                struct_format=order + "".join(_STRUCT_CODES[f.kind] for f in frame.header),
+                struct_format=order + header_format,
                 header=header,
                 defaults=defaults,
                 payload=frame.payload.name,
@@ -703,6 +782,10 @@ def build_frames(protocol: Protocol) -> list[PyFrame]:
                 payload_doc=docstring(frame.payload.description),
                 flags=flag_specs,
                 decode_lines=lines,
+                header_test=" or ".join(tests) or "False",
+                layout_struct=names.frame_layout(frame.name),
+                layout_format=f"{order}{header_format}{frame.payload.size}s",
+                refusal=names.frame_refusal(frame.name),
                 error=code,
             )
         )

@@ -423,6 +423,7 @@ def _messages(model: PyModel, header: str) -> str:
         constant_imports=constant_imports,
         safe_integer=safe_integer,
         uses_datetime=uses_datetime,
+        check_imports=sorted(c.check for c in model.messages if c.check),
         exports=_sorted_all(exports),
     )
 
@@ -432,7 +433,7 @@ def _checks(model: PyModel, header: str) -> str:
     body = "\n".join(line for c in model.checks for line in c.body)
     rule_names = sorted({name for c in model.checks for name in c.rules})
     constant_imports = sorted(
-        c for c in _referenced_constants(_all_fields(p)) if re.search(rf"\b{c}\b", body)
+        c.py_name for c in p.constants if re.search(rf"\b{c.py_name}\b", body)
     )
     return _TEMPLATES.get_template("checks.py.j2").render(
         header=header,
@@ -447,7 +448,6 @@ def _checks(model: PyModel, header: str) -> str:
 
 def _codec(model: PyModel, header: str) -> str:
     p = model.protocol
-    checks = [(c.class_name, c.function) for c in model.checks if c.message_type is not None]
     senders = []
     for s in p.senders:
         result = s.union_name + (f" | {names.UNKNOWN_MESSAGE}" if s.accepts_unknown else "")
@@ -473,12 +473,9 @@ def _codec(model: PyModel, header: str) -> str:
         senders=senders,
         all_results=all_results,
         decode_codes=[(key, error_names[code]) for key, code in p.decode_errors.items()],
-        checks=checks,
         field_codes=[(mtype, path, error_names[code]) for mtype, path, code in model.field_codes],
-        check_imports=sorted(check for _, check in checks),
         message_imports=sorted(
-            {name for name, _ in checks}
-            | {s.union_name for s in p.senders}
+            {s.union_name for s in p.senders}
             | {s.envelope_name for s in p.senders if s.envelope_name is not None}
         ),
     )

@@ -440,14 +440,17 @@ def test_frame_header_is_checked(offset: int, value: int, reason: str) -> None:
     assert caught.value.code == "OVP_AUDIO_FRAME_INVALID"
 
 
-def test_frame_flags_direction_and_zero_copy() -> None:
+def test_frame_flags_direction_and_a_payload_of_its_own() -> None:
     buf = bytearray(FRAME)
     buf[1] = ovp.FLAG_SILENCE | ovp.FLAG_LAST_OF_UTTERANCE
     buf[2] = 1
+    buf[12] = 0xAB
     frame = ovp.decode_frame(buf, expected_direction=ovp.FrameDirection.SERVER_TO_CLIENT)
     assert frame.silence and frame.last_of_utterance and not frame.dtmf_overlay
-    assert isinstance(frame.pcm, memoryview) and frame.pcm.obj is buf  # no copy
-    buf[12] = 0xAB
+    assert type(frame.pcm) is bytes and frame.pcm == bytes(
+        buf[12:]
+    )  # decision frame-payload-copied
+    buf[12] = 0xCD  # a receive buffer used again leaves the frame as it was read
     assert frame.pcm[0] == 0xAB
     with pytest.raises(ovp.ProtocolError, match="expected 0"):
         ovp.decode_frame(buf, expected_direction=ovp.FrameDirection.CLIENT_TO_SERVER)

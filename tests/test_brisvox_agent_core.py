@@ -200,7 +200,7 @@ def test_a_read_only_cancel_drops_its_result_a_side_effect_cancel_does_not() -> 
 def test_a_result_that_cannot_travel_becomes_an_error_result(result: object, error: str) -> None:
     core = _open_core()
     core.receive_text(tool_call(2, 1, "lookup"), 0.0)
-    out = core.send_tool_result(brisvox.ToolResult(id=1, result=result), 0.0)
+    out = core.answer_tool(1, 0.0, result=result)  # refused as the tool.result is built
     assert _sent(out) == [{"type": "tool.result", "id": 1, "error": error}]
     assert isinstance(out[-1], BadMessage)
 

@@ -121,15 +121,29 @@ def test_a_free_form_value_deeper_than_the_bound_is_refused_by_its_path() -> Non
 # --- 4. encode of a deep value --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("depth", [127, 128, 1000, 100_000])
-def test_encode_of_a_deep_value_raises_only_protocol_error(depth: int) -> None:
+@pytest.mark.parametrize("depth", [126, 127, 128, 1000, 100_000])
+def test_a_deep_value_is_refused_with_protocol_error_where_the_message_is_built(
+    depth: int,
+) -> None:
     value: list[Any] = []
     for _ in range(depth):
         value = [value]
-    message = brisvox.ToolResult(id=1, result=value)
     if depth + 2 <= brisvox.MAX_NESTING_DEPTH:  # the message and the innermost list count too
+        message = brisvox.ToolResult(id=1, result=value)
         assert brisvox.decode(brisvox.encode(message), sender="agent") == message
         return
+    with pytest.raises(brisvox.ProtocolError) as caught:
+        brisvox.ToolResult(id=1, result=value)  # the message's check runs as it is built
+    assert "nested deeper than" in caught.value.detail
+    assert caught.value.path == "$.result" + "[0]" * (brisvox.MAX_NESTING_DEPTH - 1)
+
+
+def test_a_value_made_deep_after_it_was_built_is_refused_by_encode() -> None:
+    message = brisvox.ToolResult(id=1, result=[])
+    value: list[Any] = []
+    for _ in range(brisvox.MAX_NESTING_DEPTH):
+        value = [value]
+    message.result = value  # a Struct's fields can be set: encode checks again, reading back
     with pytest.raises(brisvox.ProtocolError) as caught:
         brisvox.encode(message)
     assert "nested deeper than" in caught.value.detail

@@ -1,9 +1,10 @@
 """The JSON message codec both generated protocol modules are built on.
 
-A generated module describes its protocol (the message union of each sender, the value checks,
-the error codes) and hands the description to ``JsonCodec``, which owns the one decode and
-encode path: size bound on the encoded bytes, typed msgspec decoding with decoders built once,
-value checks, and the translation of every failure into the protocol's ``ProtocolError``.
+A generated module describes its protocol (the message union of each sender, the error codes,
+the bounds) and hands the description to ``JsonCodec``, which owns the one decode and encode
+path: the size bound, typed msgspec decoding with decoders built once, and the translation of
+every failure into the protocol's ``ProtocolError``. The rules typed decoding cannot carry are
+the message classes' own: each runs its generated check when it is built, inside msgspec.
 """
 
 from __future__ import annotations
@@ -13,17 +14,14 @@ import re
 import reprlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, Final, Union
 
 import msgspec
-import msgspec.inspect
 
 from voxwire._rules import json_value_problem, written_difference
 from voxwire.errors import ProtocolError
 
 __all__ = [
-    "Check",
     "DecodeErrorCodes",
     "JsonCodec",
     "SenderSpec",
@@ -31,10 +29,6 @@ __all__ = [
     "field_of_refused",
     "without_item",
 ]
-
-Check = Callable[[Any], None]
-"""A generated check of the rules a message's typed decoding cannot carry (byte limits, blank
-text, uniqueness, rules across fields)."""
 
 
 class UnknownMessage(msgspec.Struct, frozen=True, kw_only=True):
@@ -79,6 +73,7 @@ class SenderSpec:
 
 
 _ANY: Final = msgspec.json.Decoder()
+_SKIP: Final = msgspec.json.Decoder(msgspec.Raw).decode  # checks the syntax, keeps nothing
 _INDEX: Final = re.compile(r"\[\d+\]")
 _MISSING: Final = re.compile(r"Object missing required field `([^`]+)`")
 
@@ -95,22 +90,18 @@ class JsonCodec:
         max_nesting_depth: The deepest a value inside a message may nest arrays and objects,
             the message's own object counted as 1.
         senders: Each sender's id and what it may send.
-        checks: The generated check of each message class that has one.
         field_codes: Error codes that replace the default for one field of one message,
             keyed by (wire type, JSON path with indices written ``[]``).
     """
 
     __slots__ = (
         "_all_types",
-        "_checks",
         "_codes",
         "_depth",
         "_encoder",
         "_envelopes",
         "_error",
         "_field_codes",
-        "_finish",
-        "_free_form",
         "_heads",
         "_max",
         "_protocol",
@@ -131,7 +122,6 @@ class JsonCodec:
         max_message_bytes: int,
         max_nesting_depth: int,
         senders: Mapping[str, SenderSpec],
-        checks: Mapping[type, Check],
         field_codes: Mapping[tuple[str, str], str],
     ) -> None:
         self._protocol = protocol
@@ -156,10 +146,6 @@ class JsonCodec:
             sid: msgspec.json.Decoder(_head_union(types)).decode
             for sid, types in self._types_by_sender.items()
         }
-        self._checks = dict(checks)
-        members = [m for spec in senders.values() for m in getattr(spec.union, "__args__", ())]
-        self._free_form = frozenset({UnknownMessage, *(m for m in members if _holds_free_form(m))})
-        self._finish = self._finishers()
         # Encoding reads back what it wrote, with a typed decoder of the message's class.
         self._readers = {
             cls: msgspec.json.Decoder(cls).decode
@@ -169,12 +155,8 @@ class JsonCodec:
         self._field_codes = dict(field_codes)
         self._encoder = msgspec.json.Encoder()
         decoders = {sid: msgspec.json.Decoder(spec.union).decode for sid, spec in senders.items()}
-        self._ungated = {
-            sid: self._runner(sid, decode, gated=False) for sid, decode in decoders.items()
-        }
-        self._runners = {
-            sid: self._runner(sid, decode, gated=True) for sid, decode in decoders.items()
-        }
+        self._ungated = {sid: self._ungated_runner(sid, decode) for sid, decode in decoders.items()}
+        self._runners = {sid: self._runner(sid, decode) for sid, decode in decoders.items()}
 
     def decode(self, data: bytes | str, sender: str) -> Any:
         """Decode one message that ``sender`` sent; raise the protocol's error if it is bad."""
@@ -189,46 +171,52 @@ class JsonCodec:
                 f"{self._protocol}: unknown sender {sender!r}; one of {sorted(self._runners)}"
             ) from None
 
-    def _finishers(self) -> dict[type, Callable[[Any, bytes | str], None]]:
-        """What decoding does after msgspec, per class: the generated check, and the depth
-        bound where a class holds free-form values (typed fields nest only as the spec does)."""
-        finish: dict[type, Callable[[Any, bytes | str], None]] = {}
-        for cls in self._free_form:
-            check = self._checks.get(cls)
-            finish[cls] = partial(self._check_depth, check)
-        for cls, check in self._checks.items():
-            if cls not in finish:
-                finish[cls] = partial(_only_message, check)
-        return finish
+    def _runner(self, sender: str, decode: Callable[[bytes | str], Any]) -> Callable[[Any], Any]:
+        """The sender's decode function: the common case, a str of at most a quarter of the
+        bound, goes straight to msgspec (the checks run inside it, as it builds each message);
+        anything else takes the path that measures and converts it first."""
+        quarter, other, explain = self._quarter, self._other, self._explain
 
-    def _runner(
-        self, sender: str, decode: Callable[[bytes | str], Any], *, gated: bool
-    ) -> Callable[[Any], Any]:
-        """Decode, then the checks msgspec cannot do; everything it needs bound as a local.
-
-        The gated runner takes the common case, a str of at most a quarter of the bound, on
-        its fast path and hands anything else to ``_other``, which calls the ungated one.
-        """
-        quarter, other = self._quarter, self._other
-        finish, recover, failure = self._finish, self._recover, self._failure
-        finished = frozenset(finish)
-
-        # type(x) rather than x.__class__: CPython specialises the call (a Struct's
-        # __class__ goes through a slower attribute look-up).
+        # type(x) rather than x.__class__: CPython specialises the call.
         def run(data: bytes | str) -> Any:
-            if gated and (type(data) is not str or len(data) > quarter):
-                return other(data, sender)
-            try:
-                message = decode(data)
-            except msgspec.ValidationError as exc:
-                message = recover(exc, data, sender)
-            except (msgspec.DecodeError, RecursionError, UnicodeEncodeError) as exc:
-                raise failure(exc) from None
-            if type(message) in finished:
-                finish[type(message)](message, data)
-            return message
+            if type(data) is str and len(data) <= quarter:
+                try:
+                    return decode(data)
+                except Exception as exc:
+                    return explain(exc, data, sender)
+            return other(data, sender)
 
         return run
+
+    def _ungated_runner(
+        self, sender: str, decode: Callable[[bytes | str], Any]
+    ) -> Callable[[bytes | str], Any]:
+        """Decoding of text or bytes already known to be UTF-8 and within the bound."""
+        explain = self._explain
+
+        def run(data: bytes | str) -> Any:
+            try:
+                return decode(data)
+            except Exception as exc:
+                return explain(exc, data, sender)
+
+        return run
+
+    def _explain(self, exc: Exception, data: bytes | str, sender: str) -> UnknownMessage:
+        """Raise the protocol's error for a failed decode, or return the ``UnknownMessage``
+        that a message of a type this version does not know decodes to."""
+        if isinstance(exc, msgspec.ValidationError):
+            return self._recover(exc, data, sender)
+        if isinstance(exc, msgspec.DecodeError | RecursionError | UnicodeEncodeError):
+            raise self._failure(exc) from None
+        if isinstance(exc, ProtocolError):
+            # A message's check ran as msgspec built the message, before it read the text
+            # after it: text that is not JSON is reported first, as a reader of it all would.
+            try:
+                _SKIP(data)
+            except (msgspec.DecodeError, RecursionError) as syntax:
+                raise self._failure(syntax) from None
+        raise exc
 
     def _other(self, data: Any, sender: str) -> Any:
         """Decode bytes, any other buffer, or a long text.
@@ -267,31 +255,6 @@ class JsonCodec:
     def _too_deep(self) -> str:
         return f"nested deeper than {self._depth} arrays and objects"
 
-    def _check_depth(self, check: Check | None, message: Any, data: bytes | str) -> None:
-        # Each level takes two characters and opens with [ or {: a short text, or few of
-        # them (the usual case), is proof enough.
-        depth = self._depth
-        if (
-            len(data) > 2 * depth
-            and (
-                data.count("[") + data.count("{")
-                if isinstance(data, str)
-                else data.count(b"[") + data.count(b"{")
-            )
-            > depth
-        ):
-            value = message.data if message.__class__ is UnknownMessage else message
-            problem = json_value_problem(value, "$", self._depth)
-            if problem is not None:
-                raise self._error(
-                    self._codes.malformed,
-                    problem[1],
-                    path=problem[0],
-                    message_type=message.type,
-                )
-        if check is not None:
-            check(message)
-
     def encode(self, message: Any) -> bytes:
         """Check ``message`` against every rule of the spec and return compact UTF-8 JSON.
 
@@ -315,8 +278,6 @@ class JsonCodec:
         except ProtocolError:
             self._check_json(message, message_type)  # a value JSON cannot carry, by its path
             raise
-        if cls in self._free_form and data.count(b"[") + data.count(b"{") > self._depth:
-            self._check_json(message, message_type)
         try:
             copy = read_back(data)
         except msgspec.ValidationError as exc:
@@ -338,9 +299,6 @@ class JsonCodec:
                     path=difference[0],
                     message_type=message_type,
                 )
-        check = self._checks.get(cls)
-        if check is not None:
-            check(copy)
         return data
 
     def _encode_unknown(self, message: UnknownMessage) -> bytes:
@@ -596,10 +554,6 @@ def without_item(data: bytes | str, name: str, index: int) -> bytes | None:
     return msgspec.json.encode(value)
 
 
-def _only_message(check: Check, message: Any, data: bytes | str) -> None:
-    check(message)
-
-
 def _complaint(exc: msgspec.ValidationError) -> tuple[str, str]:
     """msgspec's complaint as (what, JSON path): ``Expected `str` - at `$.text```."""
     text = str(exc)
@@ -642,27 +596,3 @@ def _head_union(types: frozenset[str]) -> Any:
         for i, tag in enumerate(sorted(types))
     )
     return heads[0] if len(heads) == 1 else Union[heads]  # noqa: UP007
-
-
-def _holds_free_form(cls: type) -> bool:
-    """Whether a Struct may hold a value of any JSON type, at any depth (``Any``)."""
-    seen: set[Any] = set()
-    stack: list[Any] = [msgspec.inspect.type_info(cls)]
-    while stack:
-        info = stack.pop()
-        if isinstance(info, msgspec.inspect.AnyType):
-            return True
-        key = id(info)
-        if key in seen:
-            continue
-        seen.add(key)
-        if isinstance(info, msgspec.inspect.StructType):
-            stack.extend(f.type for f in info.fields)
-        else:
-            for name in ("item_type", "key_type", "value_type", "types", "item_types"):
-                inner = getattr(info, name, None)
-                if isinstance(inner, tuple):
-                    stack.extend(inner)
-                elif inner is not None:
-                    stack.append(inner)
-    return False

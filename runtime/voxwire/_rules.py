@@ -26,6 +26,7 @@ __all__ = [
     "at_least_one_of",
     "at_most_one_of",
     "exactly_one_of",
+    "free_form_problem",
     "json_equal",
     "json_value_problem",
     "max_bytes",
@@ -100,16 +101,18 @@ def requires(
     return f"{names[0]} requires {names[1]} == {expected!r}, got {other_value!r}"
 
 
-def json_value_problem(value: object, path: str, max_depth: int) -> tuple[str, str] | None:
+def json_value_problem(
+    value: object, path: str, max_depth: int, depth: int = 1
+) -> tuple[str, str] | None:
     """Find the first part of a JSON value (or a message's) that JSON cannot carry.
 
     Returns (path, detail) or ``None``. NaN and the infinities have no JSON form (an encoder
-    would write ``null``); keys must be strings; ``value`` itself is nested 1 deep and nothing
-    in it may be nested more than ``max_depth`` arrays and objects deep (a value that contains
-    itself is found so too); anything else must be a JSON type. The walk keeps its own stack:
-    no depth of input makes it recurse.
+    would write ``null``); keys must be strings; ``value`` itself is nested ``depth`` deep (a
+    message is 1) and nothing in it may be nested more than ``max_depth`` arrays and objects
+    deep (a value that contains itself is found so too); anything else must be a JSON type.
+    The walk keeps its own stack: no depth of input makes it recurse.
     """
-    stack: list[tuple[object, str, int]] = [(value, path, 1)]
+    stack: list[tuple[object, str, int]] = [(value, path, depth)]
     while stack:
         item, where, depth = stack.pop()
         if item is None or isinstance(item, str | bool | int | datetime):
@@ -139,6 +142,35 @@ def json_value_problem(value: object, path: str, max_depth: int) -> tuple[str, s
         else:
             return where, f"a value of type {type(item).__name__} is not JSON"
     return None
+
+
+_SCALARS: Final = frozenset({str, int, bool, type(None)})
+_ENCODE: Final = msgspec.json.Encoder().encode
+
+
+def free_form_problem(
+    value: object, path: str, where: str, depth: int, max_depth: int
+) -> tuple[str, str] | None:
+    """``json_value_problem`` of a free-form value at ``path + where``, nested ``depth`` deep
+    in its message, for a message's check, fast for what free-form values mostly are.
+
+    A flat object needs one look at each value; anything else is written once as JSON: each
+    level of nesting opens with ``[`` or ``{``, so a text with few of them is proof enough.
+    The walk that names the place runs only when these find something.
+    """
+    if type(value) is dict and depth < max_depth:
+        for key, child in value.items():
+            if type(key) is not str or type(child) not in _SCALARS:
+                break
+        else:
+            return None
+    try:
+        text = _ENCODE(value)
+    except Exception:  # not JSON at all: named below
+        return json_value_problem(value, path + where, max_depth, depth)
+    if depth - 1 + text.count(b"[") + text.count(b"{") <= max_depth:
+        return None
+    return json_value_problem(value, path + where, max_depth, depth)
 
 
 def written_difference(value: object, copy: object, path: str) -> tuple[str, str] | None:

@@ -91,7 +91,6 @@ from voxwire.brisvox.messages import (
     ToolCall,
     ToolDeclaration,
     ToolKind,
-    ToolResult,
     ToolsSet,
     Transfer,
     TransferMode,
@@ -979,25 +978,23 @@ class AgentServer:
     async def _run_tool(self, link: _Connection, ctx: ToolContext) -> None:
         call = ctx.call
         tool = self.tools.get(call.name)
-        reply: ToolResult
+        answer: dict[str, Any]
         if tool is None:
-            reply = ToolResult(id=call.id, error=f"unknown tool {call.name!r}")
+            answer = {"error": f"unknown tool {call.name!r}"}
         else:
             try:
-                value = await tool.run(ctx)
+                answer = {"result": await tool.run(ctx)}
             except asyncio.CancelledError:
                 if ctx.cancelled.is_set():
                     log.debug("tool %s (%d) cancelled: %s", call.name, call.id, ctx.cancel_reason)
                     return
                 raise
             except ToolError as exc:
-                reply = ToolResult(id=call.id, error=str(exc) or "tool failed")
+                answer = {"error": str(exc) or "tool failed"}
             except Exception as exc:
                 log.exception("tool %s (%d) failed", call.name, call.id)
-                reply = ToolResult(id=call.id, error=f"tool failed: {type(exc).__name__}")
-            else:
-                reply = ToolResult(id=call.id, result=value)
-        outputs = link.core.send_tool_result(reply, self.clock.now())
+                answer = {"error": f"tool failed: {type(exc).__name__}"}
+        outputs = link.core.answer_tool(call.id, self.clock.now(), **answer)
         for out in outputs:
             if isinstance(out, BadMessage):
                 log.warning("tool %s (%d): %s; sent as an error", call.name, call.id, out.error)

@@ -24,7 +24,7 @@ from enum import Enum
 from typing import Any, Final, TypeAlias
 
 import msgspec
-from msgspec import UNSET
+from msgspec import UNSET, UnsetType
 
 from voxwire._codec import UnknownMessage, field_of_refused
 from voxwire._rules import JSON_SAFE_INTEGER
@@ -342,20 +342,28 @@ class AgentCore:
         self._pending.pop(command_id, None)
 
     def send_tool_result(self, result: ToolResult, now: float) -> list[AgentOutput]:
-        """Answer a tool call. A result the server stopped waiting for is dropped; one over the
-        message limit or not JSON becomes an error result, never a dropped link."""
-        call = self._running.pop(result.id, None)
+        """Answer a tool call with a ``tool.result`` built already (see ``answer_tool``)."""
+        return self.answer_tool(result.id, now, result=result.result, error=result.error)
+
+    def answer_tool(
+        self, call_id: int, now: float, *, result: Any = UNSET, error: str | UnsetType = UNSET
+    ) -> list[AgentOutput]:
+        """Answer a tool call with its result or its error. A result the server stopped
+        waiting for is dropped; one over the message limit or not JSON (refused as the
+        ``tool.result`` is built, or as it is encoded) becomes an error result, never a dropped
+        link or a lost answer."""
+        call = self._running.pop(call_id, None)
         if call is None or self.state is not AgentState.OPEN:
-            return [Ignored(f"tool.result {result.id} for a call no longer waiting")]
+            return [Ignored(f"tool.result {call_id} for a call no longer waiting")]
         try:
-            return [SendText(encode(result))]
+            return [SendText(encode(ToolResult(id=call_id, result=result, error=error)))]
         except ProtocolError as exc:
             text = (
                 "tool result is too large"
                 if exc.code is ErrorCode.TOO_LARGE
                 else "tool result is not valid JSON"
             )
-            return [SendText(encode(ToolResult(id=result.id, error=text))), BadMessage(exc, False)]
+            return [SendText(encode(ToolResult(id=call_id, error=text))), BadMessage(exc, False)]
 
     def closed(self) -> list[AgentOutput]:
         """The connection is gone; pending commands are the adapter's to fail."""

@@ -979,14 +979,14 @@ class EngineCore:
             return [Close(CloseCode.TOO_LARGE, "message too large"), BadMessage(exc, answered=True)]
         if exc.message_type in COMMAND_TYPES:
             command_id = field_of_refused(data, "id")
-            result = CommandResult(
-                seq=0,
-                t_ms=0,
-                id=command_id,
-                ok=False,
-                error=CommandError(code=exc.code, message=refusal_text(exc)),
-            )
             try:  # the id must pass the id rule to be echoed
+                result = CommandResult(
+                    seq=0,
+                    t_ms=0,
+                    id=command_id,
+                    ok=False,
+                    error=CommandError(code=exc.code, message=refusal_text(exc)),
+                )
                 return [_control(result), BadMessage(exc, answered=True)]
             except ProtocolError:
                 pass

@@ -292,7 +292,7 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives):
     """One session as the gateway's application sees it, across the client's reconnects.
 
     Iterate it for the client's events (:class:`~voxwire.ovp.ClientMessage`) and audio
-    (:class:`~voxwire.ovp.AudioFrame`, its PCM a zero-copy view) in arrival order; the iteration
+    (:class:`~voxwire.ovp.AudioFrame`, its PCM 640 bytes) in arrival order; the iteration
     ends when the session is over, and runs the handlers of :meth:`on` for each event first.
     It sends with one typed method per server event (``session.send_agent_output(turn_id=...,
     text=..., final=True)``: keyword arguments, the event's own fields), each returning the
