@@ -255,6 +255,28 @@ def test_an_eager_write_reports_no_room_while_its_caller_is_amid_queuing() -> No
     run(main)
 
 
+def test_flush_writes_what_is_queued_before_the_turn_ends_in_one_write() -> None:
+    async def main() -> None:
+        async with peer_and_client() as (peer, ws, _):
+            link = Link(ws, Outbound(event_bound=8, overflow=Overflow.DROP), clock=SYSTEM_CLOCK,
+                        drain_timeout=2.0)  # fmt: skip
+            link.flush()  # nothing queued: nothing written
+            assert link.drains == 0
+            link.control(SendBinary(b"frame"))
+            link.event(text(0))
+            assert link.drains == 0  # not eager: it waits for the turn's end
+            link.flush()  # the producer is done: out now, in one write
+            assert (link.drains, link.frames) == (1, 2)
+            await asyncio.sleep(0)  # the turn's end finds nothing left
+            assert link.drains == 1
+            link.close(1000)
+            await link.wait_closed()
+            await peer.closed.wait()
+            assert peer.received == [b"frame", text(0).data.decode()]
+
+    run(main)
+
+
 def test_links_of_one_loop_share_the_turns_end_and_each_writes_its_own_batch() -> None:
     async def main() -> None:
         async with peer_and_client() as (peer, ws, _), peer_and_client() as (other, ws2, _):

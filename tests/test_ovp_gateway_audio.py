@@ -4,6 +4,7 @@ with everything else, and a failure there taking the link down visibly."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import struct
 
@@ -11,6 +12,8 @@ import pytest
 from websockets.asyncio.client import ClientConnection
 
 from tests.test_ovp_support import (
+    AGENT,
+    CALL,
     PCM,
     collecting,
     endpoint,
@@ -161,6 +164,38 @@ def test_a_failure_on_the_audio_path_takes_the_link_down_visibly(
     assert failed and failed[0].exc_info is not None
     downs = [r for r in caplog.records if r.name == "voxwire.link.adapter"]
     assert any("link down: an audio frame failed" in r.getMessage() for r in downs)
+
+
+def test_what_the_application_sends_for_a_frame_leaves_in_one_write_as_it_waits_again() -> None:
+    sessions: list[GatewaySession] = []
+
+    async def handler(session: GatewaySession) -> None:
+        sessions.append(session)
+        session.start(CALL, AGENT)
+        async for item in session:
+            if isinstance(item, ovp.AudioFrame):
+                session.send_audio(item.pcm)
+                session.send_transcript_partial(
+                    utterance_id="u", speaker=ovp.Speaker.CALLER, text=f"frame {item.frame_seq}"
+                )
+
+    async def main() -> tuple[int, int]:
+        async with serving(handler) as gateway:
+            ws = await raw_connect(endpoint(gateway))
+            assert (await next_event(ws))["type"] == "session.start"
+            for n in range(5):
+                await ws.send(frame(n))
+                echoed, partial = await ws.recv(), json.loads(await ws.recv())
+                assert isinstance(echoed, bytes) and len(echoed) == ovp.AUDIO_FRAME_SIZE
+                assert partial["text"] == f"frame {n}"
+            [link] = sessions[0]._links.values()
+            counts = (link.drains, link.frames)
+            await ws.close()
+            return counts
+
+    drains, frames = run(main())
+    assert frames == 1 + 5 * 2  # session.start, then a frame and a partial per frame
+    assert drains == 1 + 5  # each frame's answer in one write
 
 
 def test_an_inbox_consumer_cancelled_while_waiting_leaves_the_next_item_to_the_next_one() -> None:

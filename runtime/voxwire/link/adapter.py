@@ -181,6 +181,13 @@ class Link:
         """Queue a stream of events (a replay) that enters the queue as it drains."""
         return self._queued(self.outbound.feed(frames))
 
+    def flush(self) -> None:
+        """Write what is queued now rather than at the turn's end: the caller is done queuing
+        (an application about to wait for its next input), so its messages leave in one write
+        without waiting for the rest of the loop's turn."""
+        if self._flush_due and not self._flushing:
+            self._flush()
+
     async def wait_room(self) -> None:
         """Wait until an event may be queued (or the link is down or closing)."""
         while self.outbound.room <= 0 and self.outbound.accepting:

@@ -39,10 +39,12 @@ def open_link(
     record: Callable[[str | bytes], None] | None = None,
     on_drained: Callable[[int], None] | None = None,
     on_down: Callable[[LinkDown], None] | None = None,
+    eager: bool = True,
 ) -> Link:
     """The link of one OVP connection: everything in the order it was queued (seq is stamped when
-    a message is queued), written at once when it comes alone in its loop turn (an audio frame
-    waits for no turn's end: ``eager``), events bounded with producer back-pressure, a drain
+    a message is queued), written at once when it comes alone in its loop turn (``eager``: an
+    audio frame waits for no turn's end; a role that flushes its link itself when its producer is
+    done may pass False), events bounded with producer back-pressure, a drain
     bounded by ``write_timeout``, and down ``keepalive`` clock seconds after the last sign of
     life (pinged every ``keepalive * PING_INTERVAL_MS / SILENCE_TIMEOUT_MS``: decision
     keepalive-one-interval).
@@ -63,7 +65,7 @@ def open_link(
         on_down=on_down,
         record=record,
         name=name,
-        eager=True,
+        eager=eager,
     )
 
 
@@ -110,6 +112,10 @@ class Inbox(Generic[T]):
         """No more items: :meth:`get` raises ``StopAsyncIteration`` once the inbox is empty."""
         self.closed = True
         self._wake()
+
+    def __len__(self) -> int:
+        """Items waiting to be taken."""
+        return len(self._items)
 
     async def get(self) -> T:
         """The oldest item; ``StopAsyncIteration`` once closed and empty."""

@@ -421,6 +421,9 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives):
         return self
 
     async def __anext__(self) -> ClientMessage | AudioFrame:
+        if not self._inbox:  # the application waits: what it sent meanwhile leaves now, at once
+            for link in self._links.values():
+                link.flush()
         item = await self._inbox.get()
         if not isinstance(item, AudioFrame):
             for handler in self._handlers.get(item.type, ()):
@@ -562,6 +565,7 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives):
             name=f"OVP session {self.session_id} link {link}",
             record=record,
             on_drained=lambda room: self._stream(core.drained(link, room, clock.now())),
+            eager=False,  # the application's sends leave as it waits for its next input
         )
         self._links[link] = way_out
         self._perform(out)
