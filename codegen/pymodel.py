@@ -520,11 +520,7 @@ class _Builder:
         message is 1 deep, its fields' values 2."""
         value = f"{owner}.{f.py_name}"
         where = f"{where}.{f.wire_name}"
-        guard = []
-        if not f.required and not f.has_default:
-            guard.append(f"{value} is not UNSET")
-        if f.nullable:
-            guard.append(f"{value} is not None")
+        guard = _present(f, value)
         if f.type.kind == "struct" and f.type.struct is not None:
             inner = [
                 line
@@ -571,11 +567,7 @@ class _Builder:
         """The checks of one field: a chain of rule calls per value, an item loop for arrays."""
         value = f"value.{f.py_name}"
         where = f".{f.wire_name}"
-        guard = []
-        if not f.required and not f.has_default:
-            guard.append(f"{value} is not UNSET")
-        if f.nullable:
-            guard.append(f"{value} is not None")
+        guard = _present(f, value)
         invalid = self._code(f.code, "invalid_value")
         ref = f.type
         lines: list[str] = []
@@ -712,6 +704,16 @@ class PyFrame:
     """The whole frame as one ``struct`` format: the header, then the payload as bytes."""
     refusal: str
     error: str
+
+
+def _present(f: Field, value: str) -> list[str]:
+    """The conditions under which field ``f``, spelled ``value``, holds a value to check."""
+    guard = []
+    if not f.required and not f.has_default:
+        guard.append(f"{value} is not UNSET")
+    if f.nullable:
+        guard.append(f"{value} is not None")
+    return guard
 
 
 def _frame_raise(code: str, detail: str, field: str) -> str:
