@@ -39,6 +39,7 @@ import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import Final
 
 from websockets.asyncio.connection import Connection
 from websockets.exceptions import ConnectionClosed
@@ -52,6 +53,10 @@ from voxwire.sansio import Close, SendText
 __all__ = ["DownCause", "Link", "LinkDown"]
 
 log = logging.getLogger(__name__)
+
+# Bound once: an Enum member look-up is a call on Python 3.11, and these are tested per message.
+_QUEUED: Final = Put.QUEUED
+_OPEN: Final = State.OPEN
 
 
 class DownCause(Enum):
@@ -229,7 +234,7 @@ class Link:
     # -- the tasks ------------------------------------------------------------------------------
 
     def _queued(self, put: Put) -> Put:
-        if put is Put.QUEUED:
+        if put is _QUEUED:
             self._schedule()
         elif put is Put.OVERFLOWED:
             self._go_down(
@@ -455,10 +460,11 @@ def _turn_end(loop: asyncio.AbstractEventLoop) -> _TurnEnd:
 
 def _writable(ws: Connection) -> bool:
     """Whether frames can be written to the connection now."""
-    return ws.protocol.state is State.OPEN and not ws.transport.is_closing()
+    return ws.protocol.state is _OPEN and not ws.transport.is_closing()
 
 
 def _over_high_water(ws: Connection) -> bool:
     """Whether the socket's buffer is over its high-water mark (the protocol is paused)."""
     transport = ws.transport
-    return transport.get_write_buffer_size() > transport.get_write_buffer_limits()[1]
+    size = transport.get_write_buffer_size()  # 0 but for a socket that is behind
+    return size > 0 and size > transport.get_write_buffer_limits()[1]

@@ -182,6 +182,8 @@ state; an input a state does not list cannot happen in it."""
 del _S, _I
 
 # Tuples, not sets: membership by identity, without Enum.__hash__ (a Python call on 3.11).
+_LIVE: Final = GatewayState.LIVE  # bound once, as an Enum member look-up is a call on 3.11
+_FROM_CLIENT: Final = FrameDirection.CLIENT_TO_SERVER
 _STARTED: Final = (GatewayState.LIVE, GatewayState.DROPPED)
 _ENDED: Final = (GatewayState.ENDING, GatewayState.END_UNDELIVERED)
 _WINDOWED: Final = (GatewayState.DROPPED, GatewayState.END_UNDELIVERED)
@@ -623,11 +625,11 @@ class GatewayCore:
         self, link: int, data: bytes | bytearray | memoryview, now: float
     ) -> list[GatewayOutput]:
         """Judge one binary message (an audio frame) from connection ``link``."""
-        if link != self.current_link or self.state is not GatewayState.LIVE:
+        if link != self.current_link or self.state is not _LIVE:
             early = ErrorCode.OVP_AUDIO_FRAME_INVALID if self.state is GatewayState.NEW else None
             return [Ignored("an audio frame before the session started or resumed", early)]
         try:
-            frame = decode_frame(data, expected_direction=FrameDirection.CLIENT_TO_SERVER)
+            frame = decode_frame(data, expected_direction=_FROM_CLIENT)
         except ProtocolError as exc:
             return self._frame_error(ErrorCode.OVP_AUDIO_FRAME_INVALID, describe(exc), now)
         problem = self._frames_in.accept(frame.frame_seq)
@@ -704,6 +706,8 @@ class GatewayCore:
         self.state = following
 
     def _require_live(self) -> None:
+        if self.state is _LIVE:
+            return
         if self.state is GatewayState.NEW:
             raise SessionStateError("the session has not started: call start() first")
         if self.state not in _STARTED:
