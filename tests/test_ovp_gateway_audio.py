@@ -4,9 +4,11 @@ with everything else, and a failure there taking the link down visibly."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import struct
+import weakref
 
 import pytest
 from websockets.asyncio.client import ClientConnection
@@ -196,6 +198,34 @@ def test_what_the_application_sends_for_a_frame_leaves_in_one_write_as_it_waits_
     drains, frames = run(main())
     assert frames == 1 + 5 * 2  # session.start, then a frame and a partial per frame
     assert drains == 1 + 5  # each frame's answer in one write
+
+
+def test_a_dropped_connection_is_let_go_while_the_session_waits_for_its_resume() -> None:
+    sessions: list[GatewaySession] = []
+    got: list[Item] = []
+
+    async def handler(session: GatewaySession) -> None:
+        sessions.append(session)
+        await collecting(got)(session)  # waits on its iteration all along
+
+    async def main() -> None:
+        async with serving(handler) as gateway:
+            ws = await raw_connect(endpoint(gateway))
+            assert (await next_event(ws))["type"] == "session.start"
+            await ws.send(frame(0))
+            await eventually(lambda: len(got) == 1)
+            session = sessions[0]
+            [link] = session._links.values()
+            gone = weakref.ref(link), weakref.ref(link.ws)
+            del link
+            await ws.close()
+            await eventually(lambda: not session.connected)
+            await asyncio.sleep(0.05)  # the link's tasks end
+            gc.collect()
+            assert session.over is None  # resumable: the session and its handler go on
+            assert [ref() for ref in gone] == [None, None]  # nothing holds the old connection
+
+    run(main())
 
 
 def test_an_inbox_consumer_cancelled_while_waiting_leaves_the_next_item_to_the_next_one() -> None:

@@ -422,8 +422,7 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives):
 
     async def __anext__(self) -> ClientMessage | AudioFrame:
         if not self._inbox:  # the application waits: what it sent meanwhile leaves now, at once
-            for link in self._links.values():
-                link.flush()
+            self._flush_links()
         item = await self._inbox.get()
         if not isinstance(item, AudioFrame):
             for handler in self._handlers.get(item.type, ()):
@@ -431,6 +430,12 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives):
                 if inspect.isawaitable(result):
                     await result
         return item
+
+    def _flush_links(self) -> None:
+        # Not inline in __anext__: its frame, suspended on the inbox, would keep the last link
+        # (and its connection) alive for as long as the session waits.
+        for link in self._links.values():
+            link.flush()
 
     def _on(self, message_type: str, handler: Callable[[Any], object]) -> None:
         """Register ``handler`` for ``message_type`` (:meth:`on` checked it: a client event);
