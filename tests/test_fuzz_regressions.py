@@ -368,3 +368,41 @@ def test_the_schema_and_the_decoder_agree_on_ts(ts: str) -> None:
     else:
         decoder_says = True
     assert schema_says == decoder_says
+
+
+# --- found by the 1,000,000-input run after the checks moved into the classes ----------------------
+
+
+def _deep_list(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_a_rule_across_fields_shows_a_deep_value_of_another_type_bounded() -> None:
+    # The check of a rule across fields runs as the message is built and quotes the value it
+    # got: a 5,000-deep list in a boolean field once raised RecursionError from its repr.
+    result = brisvox.decode(
+        '{"type":"command.result","seq":1,"t_ms":0,"id":"c","ok":false,'
+        '"error":{"code":"queue_full","message":"8 lines waiting"}}',
+        sender="server",
+    )
+    with pytest.raises(brisvox.ProtocolError) as caught:
+        brisvox.encode(msgspec.structs.replace(result, ok=_deep_list(5000)))
+    assert "[[[[...]]]]" in caught.value.detail
+    share = ovp.decode(
+        json.dumps(
+            {
+                **json.loads(OVP_EVENT),
+                "type": "screen.share",
+                "action": "start",
+                "share_id": "shr_1",
+                "url": "https://share.example/v/1",
+            }
+        ),
+        sender="client",
+    )
+    with pytest.raises(ovp.ProtocolError) as refused:
+        msgspec.structs.replace(share, action=_deep_list(5000))
+    assert refused.value.path == "$"

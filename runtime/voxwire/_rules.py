@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import reprlib
 from collections.abc import Sequence
 from datetime import datetime
 from enum import Enum
@@ -40,6 +41,16 @@ __all__ = [
 ]
 
 
+_REPR: Final = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother = 3, 60, 60
+
+
+def _shown(value: object) -> str:
+    """A value as a sentence shows it: bounded in depth and length (a constructor may hand a
+    check any value, nested as deep as it likes)."""
+    return _REPR.repr(value)
+
+
 def utf8_size(text: str) -> int:
     """The length of ``text`` in UTF-8 bytes, the unit the protocols count text limits in."""
     if text.isascii():
@@ -68,7 +79,7 @@ def unique(keys: Sequence[object]) -> str | None:
     seen: set[object] = set()
     for index, key in enumerate(keys):
         if key in seen:
-            return f"item {index} repeats {key!r}"
+            return f"item {index} repeats {_shown(key)}"
         seen.add(key)
     return None
 
@@ -98,7 +109,7 @@ def requires(
 ) -> str | None:
     if not is_set or other_value == expected:
         return None
-    return f"{names[0]} requires {names[1]} == {expected!r}, got {other_value!r}"
+    return f"{names[0]} requires {names[1]} == {expected!r}, got {_shown(other_value)}"
 
 
 def json_value_problem(
@@ -126,7 +137,7 @@ def json_value_problem(
         if isinstance(item, dict):
             for key, child in item.items():
                 if not isinstance(key, str):
-                    return where, f"key {key!r} is not a string"
+                    return where, f"key {_shown(key)} is not a string"
                 stack.append((child, f"{where}.{key}", depth + 1))
         elif isinstance(item, list | tuple):
             stack.extend((child, f"{where}[{i}]", depth + 1) for i, child in enumerate(item))
