@@ -162,7 +162,7 @@ def test_a_replay_of_4096_events_streams_through_a_bound_of_1024() -> None:
     run(main)
 
 
-def test_on_drained_tells_the_room_after_each_drain() -> None:
+def test_on_drained_tells_the_room_after_each_drain_that_made_some() -> None:
     async def main() -> None:
         async with peer_and_client() as (peer, ws, _):
             rooms: list[int] = []
@@ -175,10 +175,20 @@ def test_on_drained_tells_the_room_after_each_drain() -> None:
             while len(peer.received) < 3:
                 await asyncio.sleep(0.01)
             assert rooms == [4]
+            link.control(SendBinary(b"audio"))  # control made no room: nothing to tell
+            while len(peer.received) < 4:
+                await asyncio.sleep(0.01)
+            assert rooms == [4]
+            link.event(text(3))
+            while len(peer.received) < 5:
+                await asyncio.sleep(0.01)
+            assert rooms == [4, 4]
             link.feed(text(n) for n in range(10))
             link.close(1000)
             await link.wait_closed()
-            assert rooms == [4, 0, 0]  # the feed holds the room until it is in; the close: none
+            assert rooms == [4, 4]  # the feed holds the room at 0 until it is in; the close: none
+            await peer.closed.wait()
+            assert len(peer.received) == 15
 
     run(main)
 

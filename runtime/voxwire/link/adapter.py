@@ -97,8 +97,9 @@ class Link:
         close_timeout: Clock seconds the closing handshake may take (default: the drain
             timeout).
         on_down: Called once, when the link goes down (not after a clean close).
-        on_drained: Called after each drain was written, with the events that may be queued
-            now (a sans-I/O core that sends on credit tops it up here).
+        on_drained: Called after a drain that made room for events was written (and after each
+            wait for the socket to drain), with the events that may be queued now (a sans-I/O
+            core that sends on credit tops it up here).
         record: Called with each message as it is written (text as ``str``).
         name: How the logs name the link (never a URL's query).
         eager: Write the first message queued in a loop turn at once (what follows it in the
@@ -268,9 +269,9 @@ class Link:
         or at once for the first message of an eager link's turn).
 
         A full socket buffer, or the close, hands over to the writer task. ``on_drained`` is
-        called after each batch, and may queue more (the loop writes it), except in an eager
-        write: its caller may be amid queuing a sequence, so the turn's end reports the room
-        (``report``), if the write made any (an audio frame alone makes none).
+        called after each batch that made room for events (not after control or audio alone),
+        and may queue more (the loop writes it), except in an eager write: its caller may be
+        amid queuing a sequence, so the turn's end reports the room (``report``).
         """
         self._flush_due = False
         self._flushing = True
@@ -294,9 +295,11 @@ class Link:
                     self._hand_over()
                 elif _over_high_water(ws):
                     self._hand_over()
-                elif eager:  # reported at the turn's end, if it made room
-                    self._report_due = on_drained is not None and outbound.room != room
-                elif on_drained is not None:
+                elif on_drained is None or outbound.room == room:
+                    pass  # no room made (control and audio only): nothing to report
+                elif eager:  # reported at the turn's end
+                    self._report_due = True
+                else:
                     report = False
                     on_drained(outbound.room)
         except Exception as exc:
