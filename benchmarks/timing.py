@@ -78,7 +78,9 @@ def measure(
                 for item in corpus:
                     run(item)
                 samples[contender.name].append((time.perf_counter_ns() - start) / len(corpus))
-            gc.collect()
+                # Untimed: what one contender left for the collector (a validator's cycles)
+                # would otherwise slow the next one in the round.
+                gc.collect()
     finally:
         if gc_was_enabled:
             gc.enable()
