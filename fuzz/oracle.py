@@ -122,14 +122,7 @@ class MessageOracle:
             variants.append(("str", data.decode("utf-8")))
         variants += [("bytearray", bytearray(data)), ("memoryview", memoryview(data))]
         verdicts = [(name, self._verdict(value, data, findings)) for name, value in variants]
-        first_name, first = verdicts[0]
-        for name, verdict in verdicts[1:]:
-            if verdict != first and verdict[0] != "escaped" and first[0] != "escaped":
-                findings.append(
-                    Finding(
-                        "verdict", f"{first_name} {_show(first)} but {name} {_show(verdict)}", data
-                    )
-                )
+        first = _one_verdict(verdicts, data, findings)
         if first[0] == "accepted":
             self._round_trip(first[1], data, findings)
             if self._rng.random() < 0.25:
@@ -222,14 +215,7 @@ class FrameOracle:
         started = time.process_time()
         findings: list[Finding] = []
         verdicts = [(name, self._verdict(view, data, findings)) for name, view in _views(data)]
-        first_name, first = verdicts[0]
-        for name, verdict in verdicts[1:]:
-            if verdict != first and verdict[0] != "escaped" and first[0] != "escaped":
-                findings.append(
-                    Finding(
-                        "verdict", f"{first_name} {_show(first)} but {name} {_show(verdict)}", data
-                    )
-                )
+        first = _one_verdict(verdicts, data, findings)
         if first[0] == "accepted":
             try:
                 written = self._encode(self._decode(data))
@@ -342,6 +328,20 @@ def _exception(exc: BaseException) -> str:
 def _short(value: Any) -> str:
     text = repr(value) if not isinstance(value, list) else f"list of {len(value)}"
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _one_verdict(
+    verdicts: list[tuple[str, Verdict]], data: bytes, findings: list[Finding]
+) -> Verdict:
+    """The verdict on the first input type; a finding for each other type judged otherwise
+    (an escape is a finding of its own already)."""
+    first_name, first = verdicts[0]
+    for name, verdict in verdicts[1:]:
+        if verdict != first and verdict[0] != "escaped" and first[0] != "escaped":
+            findings.append(
+                Finding("verdict", f"{first_name} {_show(first)} but {name} {_show(verdict)}", data)
+            )
+    return first
 
 
 def _show(verdict: Verdict) -> str:

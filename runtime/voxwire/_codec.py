@@ -291,14 +291,7 @@ class JsonCodec:
             # back differs. The walks (slow, only now) name the value, or find it harmless
             # (a tuple, a Struct or a datetime inside a free-form value).
             self._check_json(message, message_type)
-            difference = written_difference(message, copy, "$")
-            if difference is not None:
-                raise self._error(
-                    self._codes.invalid_value,
-                    difference[1],
-                    path=difference[0],
-                    message_type=message_type,
-                )
+            self._check_read_back(message, copy, message_type)
         return data
 
     def _encode_unknown(self, message: UnknownMessage) -> bytes:
@@ -327,18 +320,22 @@ class JsonCodec:
                 except ProtocolError as exc:
                     problem = exc
                     continue
-                difference = written_difference(message.data, copy.data, "$")
-                if difference is not None:
-                    raise self._error(
-                        self._codes.invalid_value,
-                        difference[1],
-                        path=difference[0],
-                        message_type=tag,
-                    )
+                self._check_read_back(message.data, copy.data, tag)
                 return data
         raise problem or self._error(
             self._codes.unknown_type, "no sender may send a type it does not know", message_type=tag
         )
+
+    def _check_read_back(self, value: Any, copy: Any, message_type: str) -> None:
+        """Refuse ``value`` if what encode wrote of it reads back as another thing, by path."""
+        difference = written_difference(value, copy, "$")
+        if difference is not None:
+            raise self._error(
+                self._codes.invalid_value,
+                difference[1],
+                path=difference[0],
+                message_type=message_type,
+            )
 
     def _check_json(self, value: Any, message_type: str) -> None:
         problem = json_value_problem(value, "$", self._depth)

@@ -105,7 +105,7 @@ from voxwire.brisvox.outputs import (
 from voxwire.brisvox.roles import AgentReceives, AgentSends
 from voxwire.capture import CaptureWriter, Record, Recorder, open_recorder
 from voxwire.clock import SYSTEM_CLOCK, Clock
-from voxwire.cluster import Directory, StoreUnavailable
+from voxwire.cluster import Directory, StoreUnavailable, other_owner
 from voxwire.cluster.relay import Keepalive as RelayKeepalive
 from voxwire.cluster.relay import RelayFailed, carry, open_relay
 from voxwire.errors import SessionClosed, VoxwireError
@@ -1084,12 +1084,8 @@ class AgentServer:
         """Relay a resumption of a call parked on another live process; False if there is none."""
         if self.directory is None:
             return False
-        try:
-            owner = await self.directory.lookup(_CLUSTER_KEY, session_id)
-        except StoreUnavailable as exc:
-            log.warning("session %s: the owner directory cannot be read: %s", session_id, exc)
-            return False
-        if owner is None or owner.process_id == self.directory.me.process_id:
+        owner = await other_owner(self.directory, _CLUSTER_KEY, session_id)
+        if owner is None:
             return False
         request = link.ws.request
         assert request is not None

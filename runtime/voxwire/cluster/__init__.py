@@ -17,7 +17,13 @@ never served in part.
 """
 
 from voxwire.cluster._redis import connect as connect_redis
-from voxwire.cluster.directory import Directory, MemoryDirectory, Owner, RedisDirectory
+from voxwire.cluster.directory import (
+    Directory,
+    MemoryDirectory,
+    Owner,
+    RedisDirectory,
+    other_owner,
+)
 from voxwire.cluster.relay import RelayFailed, RelayResult, relay
 from voxwire.cluster.replay import (
     MemoryReplayStore,
@@ -42,5 +48,6 @@ __all__ = [
     "ReplayStore",
     "StoreUnavailable",
     "connect_redis",
+    "other_owner",
     "relay",
 ]

@@ -26,7 +26,7 @@ from voxwire.cluster.replay import StoreUnavailable
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
-__all__ = ["Directory", "MemoryDirectory", "Owner", "RedisDirectory"]
+__all__ = ["Directory", "MemoryDirectory", "Owner", "RedisDirectory", "other_owner"]
 
 _log = logging.getLogger(__name__)
 
@@ -64,6 +64,19 @@ class Directory(Protocol):
     async def lookup(self, protocol: str, session_id: str) -> Owner | None:
         """The live owner of ``session_id``, or None (nobody, or an owner that stopped)."""
         ...
+
+
+async def other_owner(directory: Directory, protocol: str, session_id: str) -> Owner | None:
+    """The live owner of ``session_id`` when it is another process: None when it is this one,
+    nobody, or the directory cannot be read (logged; the caller goes on as one process)."""
+    try:
+        owner = await directory.lookup(protocol, session_id)
+    except StoreUnavailable as exc:
+        _log.warning("session %s: the owner directory cannot be read: %s", session_id, exc)
+        return None
+    if owner is None or owner.process_id == directory.me.process_id:
+        return None
+    return owner
 
 
 class MemoryDirectory:

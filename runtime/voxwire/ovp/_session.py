@@ -39,6 +39,7 @@ from voxwire.ovp import (
 __all__ = [
     "AUDIO_FORMAT",
     "RESUME_WINDOW",
+    "STREAM_WINDOW",
     "AudioIn",
     "FrameOrder",
     "FrameWriter",
@@ -63,6 +64,12 @@ AUDIO_FORMAT: Final = AudioFormat(
 
 RESUME_WINDOW: Final = RESUME_WINDOW_MS / 1000
 """The resume window in seconds."""
+
+STREAM_WINDOW: Final = 1024
+"""Events one connection's link holds queued and not yet written (its event bound): a producer
+past it waits (the client's sends) or is held back by the gateway core's stream, which hands a
+link at most this many events before the link reports room. Audio frames and other control
+messages do not count against it."""
 
 _SESSION_ID: Final = re.compile(SESSION_ID_PATH_PATTERN)
 _HALF_FRAME_SEQ: Final = FRAME_SEQ_MODULUS // 2

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Callable
-from typing import Final, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from websockets.asyncio.connection import Connection
 from websockets.protocol import State
@@ -17,14 +17,10 @@ from websockets.protocol import State
 from voxwire.clock import Clock
 from voxwire.link import Keepalive, Link, LinkDown, Outbound, Overflow, Put
 from voxwire.ovp import PING_INTERVAL_MS, SILENCE_TIMEOUT_MS
+from voxwire.ovp._session import STREAM_WINDOW
 from voxwire.sansio import Action, Close
 
-__all__ = ["WRITE_QUEUE", "Inbox", "open_link", "perform"]
-
-WRITE_QUEUE: Final = 1024
-"""Events one connection's queue holds at once (its event bound): a producer past it waits (the
-client's sends) or is held back by the core's stream (the gateway's events). Audio frames and
-other control messages do not count against it."""
+__all__ = ["Inbox", "open_link", "perform"]
 
 T = TypeVar("T")
 
@@ -49,7 +45,7 @@ def open_link(
     life (pinged every ``keepalive * PING_INTERVAL_MS / SILENCE_TIMEOUT_MS``: decision
     keepalive-one-interval).
     """
-    outbound = Outbound(event_bound=WRITE_QUEUE, overflow=Overflow.WAIT, control_first=False)
+    outbound = Outbound(event_bound=STREAM_WINDOW, overflow=Overflow.WAIT, control_first=False)
     return Link(
         ws,
         outbound,

@@ -65,6 +65,7 @@ from voxwire.ovp import (
     PCM_BYTES_PER_FRAME,
     RECONNECT_BACKOFF_INITIAL_MS,
     RECONNECT_BACKOFF_MAX_MS,
+    REPLAY_BUFFER_MAX_EVENTS,
     SILENCE_TIMEOUT_MS,
     SUBPROTOCOL,
     TOKEN_QUERY_PARAMETER,
@@ -201,7 +202,8 @@ class OVPClient(ClientSends[Coroutine[Any, Any, ClientMessage]], ClientReceives)
             dropped.
         keepalive: Seconds of silence (no message, no pong) after which the link counts as
             dropped; it is pinged twice as often.
-        max_events: Server events held for the application before new ones are lost (counted).
+        max_events: Server events held for the application before new ones are lost (counted);
+            by default as many as a resume may replay at once (``REPLAY_BUFFER_MAX_EVENTS``).
         max_audio: Server frames held for :meth:`audio` before new ones are lost (counted).
         audio_buffer: Frames :meth:`stream_audio` queues ahead of the paced sender.
         record: Record every message of the session, sent and received, across its
@@ -226,7 +228,7 @@ class OVPClient(ClientSends[Coroutine[Any, Any, ClientMessage]], ClientReceives)
         open_timeout: float = OPEN_TIMEOUT_MS / 1000,
         write_timeout: float = WRITE_TIMEOUT_MS / 1000,
         keepalive: float = SILENCE_TIMEOUT_MS / 1000,
-        max_events: int = 4096,
+        max_events: int = REPLAY_BUFFER_MAX_EVENTS,
         max_audio: int = 500,
         audio_buffer: int = 50,
         record: Record = None,

@@ -47,7 +47,7 @@ from websockets.protocol import Event
 
 from voxwire.capture import Record, open_recorder
 from voxwire.clock import SYSTEM_CLOCK, Clock
-from voxwire.cluster import Directory, StoreUnavailable
+from voxwire.cluster import Directory, StoreUnavailable, other_owner
 from voxwire.cluster.relay import Keepalive as RelayKeepalive
 from voxwire.cluster.relay import RelayFailed, carry, open_relay
 from voxwire.errors import ConfigError, VoxwireError
@@ -80,13 +80,14 @@ from voxwire.ovp import (
     SessionStart,
 )
 from voxwire.ovp._session import (
+    STREAM_WINDOW,
     AudioIn,
     Sent,
     SessionOver,
     SessionStateError,
     check_session_id,
 )
-from voxwire.ovp._transport import WRITE_QUEUE, Inbox, open_link, perform
+from voxwire.ovp._transport import Inbox, open_link, perform
 from voxwire.ovp.gateway_core import (
     ClientEvent,
     GatewayCore,
@@ -309,7 +310,7 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives):
             claims.session_id,
             epoch=time.time() - self._clock.now(),
             accept_patch=gateway.accept_patch,
-            window=WRITE_QUEUE,
+            window=STREAM_WINDOW,
         )
         self._links: dict[int, Link] = {}
         self._inbox: Inbox[ClientMessage | AudioFrame] = Inbox(gateway.max_events)
@@ -782,12 +783,8 @@ class Gateway:
         """Relay ``ws`` to the live process that holds ``session_id``; False if there is none."""
         if self.directory is None:
             return False
-        try:
-            owner = await self.directory.lookup(_CLUSTER_KEY, session_id)
-        except StoreUnavailable as exc:
-            log.warning("session %s: the owner directory cannot be read: %s", session_id, exc)
-            return False
-        if owner is None or owner.process_id == self.directory.me.process_id:
+        owner = await other_owner(self.directory, _CLUSTER_KEY, session_id)
+        if owner is None:
             return False
         assert ws.request is not None
         try:

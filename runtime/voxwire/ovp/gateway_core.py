@@ -88,6 +88,7 @@ from voxwire.ovp import (
 from voxwire.ovp._session import (
     AUDIO_FORMAT,
     RESUME_WINDOW,
+    STREAM_WINDOW,
     AudioIn,
     FrameOrder,
     FrameWriter,
@@ -114,8 +115,6 @@ __all__ = [
     "refuse_token",
 ]
 
-STREAM_WINDOW: Final = 1024
-"""Default of ``window``: server events handed to the adapter for one link and not yet written."""
 
 # The window is closed (exactly 30 s is inside), so its deadline fires just after it.
 _WINDOW_EPSILON: Final = 0.001
