@@ -120,3 +120,21 @@ def test_a_client_send_past_the_write_queue_waits_for_room_and_nothing_is_droppe
             await client.close()
 
     run(main(), timeout=40)
+
+
+def test_the_default_inbox_holds_a_full_replay_buffer_and_counts_one_more_event_lost() -> None:
+    bound = ovp.REPLAY_BUFFER_MAX_EVENTS  # OVPClient's default max_events: a whole replay
+
+    async def main() -> None:
+        clock = ScaledClock(10)
+        async with serving(started, clock=clock) as gateway:
+            client = ovp_client(gateway.url, clock)
+            await client.connect()  # session.start waits in the inbox: one of the bound
+            burst(gateway.sessions[SESSION], bound)  # the application reads nothing meanwhile
+            await eventually(lambda: client.events_lost == 1, timeout=20)
+            messages = aiter(client)
+            seqs = [(await anext(messages)).seq for _ in range(bound)]
+            assert seqs == list(range(bound)) and client.events_lost == 1
+            await client.close()
+
+    run(main(), timeout=40)
