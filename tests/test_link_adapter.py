@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -411,6 +413,36 @@ def test_a_closed_connection_under_the_writer_takes_the_link_down() -> None:
             assert [d.cause for d in seen] == [DownCause.CLOSED]
 
     run(main)
+
+
+@pytest.mark.parametrize("ending", ["stop", "down then stop", "close"])
+def test_a_link_that_ended_is_freed_without_a_collection(ending: str) -> None:
+    """Its cancelled tasks keep no cycle through the link (which holds the connection)."""
+
+    async def main() -> None:
+        async with peer_and_client() as (_peer, ws, _):
+            link = Link(ws, Outbound(event_bound=8, overflow=Overflow.DROP), clock=SYSTEM_CLOCK,
+                        drain_timeout=2.0, keepalive=Keepalive(ping_interval=5.0,
+                        silence_timeout=10.0, now=SYSTEM_CLOCK.now()))  # fmt: skip
+            link.event(text(1))
+            await asyncio.sleep(0.01)
+            if ending == "close":
+                link.close(1000)
+                await link.wait_closed()
+            elif ending == "down then stop":
+                link.abort("a test")
+            await link.stop()
+            await asyncio.sleep(0)  # the tasks' done callbacks
+            gone = weakref.ref(link)
+            del link
+            assert gone() is None
+
+    gc.collect()
+    gc.disable()
+    try:
+        run(main)
+    finally:
+        gc.enable()
 
 
 def test_a_write_after_the_peers_clean_close_is_no_failure(

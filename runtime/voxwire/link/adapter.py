@@ -152,19 +152,25 @@ class Link:
         self._kick = asyncio.Event()
         self._room = asyncio.Event()
         self._pings: set[asyncio.Task[None]] = set()
-        self._writer = asyncio.create_task(self._write(), name=f"{name} writer")
-        self._keeper = (
-            asyncio.create_task(self._keep_alive(), name=f"{name} keepalive")
-            if keepalive is not None
-            else None
+        # A task is let go once done: a cancelled one holds its CancelledError, whose traceback
+        # holds the task's frame and so this link (a cycle only a full collection would free,
+        # with the connection and everything else the link holds).
+        self._writer: asyncio.Task[None] | None = asyncio.create_task(
+            self._write(), name=f"{name} writer"
         )
+        self._writer.add_done_callback(self._writer_done)
+        self._keeper: asyncio.Task[None] | None = None
+        if keepalive is not None:
+            self._keeper = asyncio.create_task(self._keep_alive(), name=f"{name} keepalive")
+            self._keeper.add_done_callback(self._keeper_done)
 
     # -- state ----------------------------------------------------------------------------------
 
     @property
     def up(self) -> bool:
         """Whether the link is neither down nor closed."""
-        return self.down is None and not self._writer.done()
+        writer = self._writer
+        return self.down is None and writer is not None and not writer.done()
 
     # -- sending --------------------------------------------------------------------------------
 
@@ -215,7 +221,8 @@ class Link:
 
     async def wait_closed(self) -> None:
         """Wait until the writer is done: the close was written, or the link went down."""
-        await asyncio.gather(self._writer, return_exceptions=True)
+        if self._writer is not None:
+            await asyncio.gather(self._writer, return_exceptions=True)
 
     def abort(self, reason: str) -> None:
         """Take the link down now (what is queued is dropped)."""
@@ -224,15 +231,20 @@ class Link:
     async def stop(self) -> None:
         """Stop the writer and the keepalive (the connection ended); what is queued is dropped."""
         self.outbound.fail()
-        tasks = [self._writer, *self._pings]
-        if self._keeper is not None:
-            tasks.append(self._keeper)
+        tasks = [task for task in (self._writer, self._keeper) if task is not None]
+        tasks += self._pings
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._room.set()
 
     # -- the tasks ------------------------------------------------------------------------------
+
+    def _writer_done(self, _: asyncio.Task[None]) -> None:
+        self._writer = None
+
+    def _keeper_done(self, _: asyncio.Task[None]) -> None:
+        self._keeper = None
 
     def _queued(self, put: Put) -> Put:
         if put is _QUEUED:
@@ -416,7 +428,7 @@ class Link:
         if not peer_closed:  # else websockets finishes the closing handshake the peer began
             self.ws.transport.abort()
         self._stop_keepalive()
-        if self._writer is not asyncio.current_task():
+        if self._writer is not None and self._writer is not asyncio.current_task():
             self._writer.cancel()
         self._room.set()
         if peer_closed:
