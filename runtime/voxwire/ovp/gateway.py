@@ -24,13 +24,13 @@ async with Gateway(handler, secret=secret) as gateway:   # 127.0.0.1, a free por
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import json
 import logging
 import math
 import time
 import weakref
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
@@ -315,9 +315,11 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives):
         self._links: dict[int, Link] = {}
         self._inbox: Inbox[ClientMessage | AudioFrame] = Inbox(gateway.max_events)
         self._handlers: dict[str, list[Callable[[Any], object]]] = {}
-        self._wake = asyncio.Event()
-        self._sleeping_until = math.inf  # the deadline the timer task sleeps until
-        self._tasks: list[asyncio.Task[None]] = []
+        # One loop timer at the core's next deadline, rather than a task per session.
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = math.inf  # the deadline it is set for
+        self._buried = False
+        self._handler: asyncio.Task[None] | None = None  # let go once it returns
         self._recorder, self._capture = open_recorder(
             gateway.record, protocol="ovp", recorded_by="server", session_id=self.session_id
         )
@@ -474,14 +476,9 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives):
             elif isinstance(item, SessionOver):
                 log.info("session %s is over: %s", self.session_id, item.detail)
                 self._inbox.close()
-                self._wake.set()
         if out and all(isinstance(item, _NO_DEADLINE) for item in out):
             return  # a frame in or out: no deadline moved (the audio path's hot loop)
-        deadline = self._core.next_deadline()
-        if self._core.state is GatewayState.OVER or (
-            deadline is not None and deadline < self._sleeping_until
-        ):
-            self._wake.set()  # the timer sleeps past the new deadline, or the session is over
+        self._set_timer()
 
     def _stream(self, out: list[GatewayOutput]) -> None:
         """What the core streams once a link drained (mostly nothing: a drain of audio)."""
@@ -501,10 +498,8 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives):
             )
 
     def _launch(self) -> None:
-        self._tasks = [
-            asyncio.create_task(self._run_handler()),
-            asyncio.create_task(self._run_timers()),
-        ]
+        self._handler = asyncio.create_task(self._run_handler())
+        self._set_timer()
 
     async def _run_handler(self) -> None:
         core = self._core
@@ -519,6 +514,8 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives):
                 log.exception("session %s: the application handler failed", self.session_id)
                 if core.started_at is not None and core.over is None:
                     self.fail(ErrorCode.OVP_INTERNAL_ERROR, "internal error")
+        finally:
+            self._handler = None
         if core.over is None:
             now = self._clock.now()
             if core.started_at is None:
@@ -526,21 +523,38 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives):
             else:
                 self._perform(core.end(SessionEndReason.AGENT_ENDED, now))
 
-    async def _run_timers(self) -> None:
-        """Tick the core at its deadlines; once over, keep the id as a tombstone, then forget."""
-        core, clock = self._core, self._clock
-        while core.state is not GatewayState.OVER:
-            self._wake.clear()
-            deadline = core.next_deadline()
-            self._sleeping_until = math.inf if deadline is None else deadline
-            delay = None if deadline is None else deadline - clock.now()
-            if delay is not None and delay <= 0:
-                self._perform(core.tick(clock.now()))
-                continue
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(None if delay is None else clock.real_seconds(delay)):
-                    await self._wake.wait()
-        await clock.sleep(_TOMBSTONE_S)
+    def _set_timer(self) -> None:
+        """Set the timer for the core's next deadline when it is sooner than the one set; once
+        the session is over, hand its id to the gateway's tombstones (:meth:`Gateway._bury`)."""
+        core = self._core
+        if core.state is GatewayState.OVER:
+            self._cancel_timer()
+            if not self._buried:
+                self._buried = True
+                self._gateway._bury(self)
+            return
+        deadline = core.next_deadline()
+        if deadline is None or deadline >= self._timer_at:
+            return  # a timer set for an earlier deadline ticks and sets the next one
+        self._cancel_timer()
+        delay = self._clock.real_seconds(max(0.0, deadline - self._clock.now()))
+        self._timer = asyncio.get_running_loop().call_later(delay, self._on_timer)
+        self._timer_at = deadline
+
+    def _on_timer(self) -> None:
+        self._timer, self._timer_at = None, math.inf
+        deadline, now = self._core.next_deadline(), self._clock.now()
+        if deadline is not None and deadline <= now:
+            self._perform(self._core.tick(now))  # sets the timer for the next deadline
+        self._set_timer()
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer, self._timer_at = None, math.inf
+
+    def _forgotten(self) -> None:
+        """The tombstone's time is up: the gateway no longer knows the session."""
         self._gateway._forget(self)
         for link in list(self._links.values()):
             link.abort("the session is forgotten")
@@ -628,9 +642,11 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives):
 
     async def _stop(self) -> None:
         self._perform(self._core.abort("the gateway is shutting down", self._clock.now()))
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._cancel_timer()
+        handler = self._handler
+        if handler is not None:
+            handler.cancel()
+            await asyncio.gather(handler, return_exceptions=True)
         self._close_capture()
 
 
@@ -690,6 +706,10 @@ class Gateway:
         self._server: Server | None = None
         self._sessions: dict[str, GatewaySession] = {}
         self._owning: set[asyncio.Task[None]] = set()
+        # The ended sessions in the order they ended, each forgotten _TOMBSTONE_S after: one
+        # task for all of them (started with the first), none per session.
+        self._buried: deque[tuple[float, GatewaySession]] = deque()
+        self._reaper: asyncio.Task[None] | None = None
         self._selected: weakref.WeakKeyDictionary[ServerConnection, str] = (
             weakref.WeakKeyDictionary()
         )
@@ -743,6 +763,11 @@ class Gateway:
         for session in list(self._sessions.values()):
             await session._stop()
         self._sessions.clear()
+        if self._reaper is not None:
+            self._reaper.cancel()
+            await asyncio.gather(self._reaper, return_exceptions=True)
+            self._reaper = None
+        self._buried.clear()
 
     async def __aenter__(self) -> Gateway:
         await self.start()
@@ -750,6 +775,24 @@ class Gateway:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
+
+    def _bury(self, session: GatewaySession) -> None:
+        """``session`` is over: keep its id as a tombstone for ``_TOMBSTONE_S``, then forget it."""
+        self._buried.append((self.clock.now() + _TOMBSTONE_S, session))
+        if self._reaper is None:
+            self._reaper = asyncio.create_task(self._reap(), name="ovp-tombstones")
+
+    async def _reap(self) -> None:
+        buried, clock = self._buried, self.clock
+        while buried:
+            due, session = buried[0]
+            if clock.now() < due:
+                del session  # not kept alive by this frame while it sleeps
+                await clock.sleep(due - clock.now())
+                continue
+            buried.popleft()
+            session._forgotten()
+        self._reaper = None
 
     def _forget(self, session: GatewaySession) -> None:
         if self._sessions.get(session.session_id) is session:
