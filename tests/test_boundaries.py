@@ -440,6 +440,26 @@ def test_frame_header_is_checked(offset: int, value: int, reason: str) -> None:
     assert caught.value.code == "OVP_AUDIO_FRAME_INVALID"
 
 
+def test_every_value_of_the_checked_header_bytes_gets_the_rules_verdict() -> None:
+    # decode_frame tests the header values it reads with one comparison each (flags > 0x07,
+    # direction > 1: they are never negative); the rules as written: version 1, no reserved
+    # bit, a direction of the enum. Every value of each checked byte, the others valid.
+    directions = {int(d) for d in ovp.FrameDirection}
+    for offset in (0, 1, 2, 3):
+        for value in range(256):
+            buf = bytearray(FRAME)
+            buf[offset] = value
+            version, flags, direction = buf[0], buf[1], int.from_bytes(buf[2:4], "little")
+            valid = version == 1 and not flags & ~0x07 and direction in directions
+            try:
+                frame = ovp.decode_frame(bytes(buf))
+            except ovp.ProtocolError:
+                assert not valid, (offset, value)
+            else:
+                assert valid, (offset, value)
+                assert ovp.encode_frame(frame) == bytes(buf)
+
+
 def test_frame_flags_direction_and_a_payload_of_its_own() -> None:
     buf = bytearray(FRAME)
     buf[1] = ovp.FLAG_SILENCE | ovp.FLAG_LAST_OF_UTTERANCE

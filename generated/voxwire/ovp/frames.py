@@ -30,7 +30,7 @@ __all__ = [
     "encode_frame",
 ]
 
-_FRAME_DIRECTION_VALUES: Final = frozenset(FrameDirection)
+_FRAME_DIRECTION_VALUES: Final = frozenset(map(int, FrameDirection))
 
 AUDIO_FRAME_SIZE: Final = 652
 """Size of an ``AudioFrame`` in bytes, header included."""
@@ -52,18 +52,12 @@ _AUDIO_FRAME_HEADER: Final = struct.Struct("<BBHII")
 _AUDIO_FRAME_LAYOUT: Final = struct.Struct("<BBHII640s")
 
 
-class AudioFrame(msgspec.Struct, kw_only=True, gc=False):
+class AudioFrame(msgspec.Struct, gc=False):
     """One binary WebSocket message: 20 ms of 16 kHz mono PCM16LE audio behind a 12-byte
     little-endian header, 652 bytes in all, in both directions. A message of any other size, a
     bad version, an unknown flag bit or a direction that does not match the sender is
     OVP_AUDIO_FRAME_INVALID.
     """
-
-    version: int = 1
-    """Frame format version, always 1 (frame_version)."""
-
-    flags: int = 0
-    """Bit flags; bits 3 to 7 must be zero."""
 
     direction: int
     """0 for client to server, 1 for server to client; must match the sender."""
@@ -76,6 +70,12 @@ class AudioFrame(msgspec.Struct, kw_only=True, gc=False):
 
     pcm: bytes | bytearray | memoryview
     """320 samples of signed 16-bit little-endian PCM at 16 kHz, mono."""
+
+    version: int = 1
+    """Frame format version, always 1 (frame_version)."""
+
+    flags: int = 0
+    """Bit flags; bits 3 to 7 must be zero."""
 
     @property
     def silence(self) -> bool:
@@ -98,7 +98,7 @@ class AudioFrame(msgspec.Struct, kw_only=True, gc=False):
 
 
 def decode_frame(
-    buf: bytes | bytearray | memoryview, *, expected_direction: int | None = None
+    buf: bytes | bytearray | memoryview, expected_direction: int | None = None
 ) -> AudioFrame:
     """Decode one 652-byte frame; the payload is a copy, as ``bytes``.
 
@@ -120,21 +120,14 @@ def decode_frame(
         version, flags, direction, frame_seq, rtp_timestamp, pcm = _AUDIO_FRAME_LAYOUT.unpack(buf)
     if (
         version != 1
-        or flags & ~0x07
-        or direction not in _FRAME_DIRECTION_VALUES
+        or flags > 0x07
+        or direction > 1
         or (expected_direction is not None and direction != expected_direction)
     ):
         _refuse_audio_frame_header(
             version, flags, direction, frame_seq, rtp_timestamp, expected_direction
         )
-    return AudioFrame(
-        version=version,
-        flags=flags,
-        direction=direction,
-        frame_seq=frame_seq,
-        rtp_timestamp=rtp_timestamp,
-        pcm=pcm,
-    )
+    return AudioFrame(direction, frame_seq, rtp_timestamp, pcm, version, flags)
 
 
 def encode_frame(frame: AudioFrame) -> bytes:
