@@ -67,6 +67,10 @@ class PyClass:
     msgspec's omit_defaults leaves a field out only when its value *is* the default object."""
     check: str | None = None
     """The check function a message runs whenever it is built (its ``__post_init__``)."""
+    check_when: str | None = None
+    """A condition on ``self`` that is false only where inline tests prove the rules hold, so
+    the check is called only when it is true (it then names the problem, or finds none);
+    ``None``: the check is always called."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,8 @@ class PyCheck:
     """Indented lines of the function body."""
     rules: list[str]
     """The value rules of ``voxwire._rules`` the body calls."""
+    fast: list[str] | None
+    """Inline tests on ``self`` that, all true, prove the rules hold (``PyClass.check_when``)."""
 
 
 @dataclass(frozen=True)
@@ -278,19 +284,19 @@ class _Builder:
             check = self._check(fs.class_name, None, fs.fields, ())
             if check is not None:
                 checks.append(check)
-        message_checks: dict[str, str] = {}
+        message_checks: dict[str, PyCheck] = {}
         for m in self.p.messages:
             check = self._check(
                 m.class_name, m.type, m.own_fields, m.rules, base=m.base, free_form=m.fields
             )
             if check is not None:
                 checks.append(check)
-                message_checks[m.class_name] = check.function
+                message_checks[m.class_name] = check
         return PyModel(
             protocol=self.p,
             enums=enums,
             structs=structs,
-            messages=[replace(c, check=message_checks.get(c.name)) for c in messages],
+            messages=[_with_check(c, message_checks.get(c.name)) for c in messages],
             checks=checks,
             field_codes=self._field_codes(),
             uses_meta=self.uses_meta,
@@ -511,6 +517,83 @@ class _Builder:
             doc=docstring(f"Check the rules of {what} that its typed decoding cannot carry."),
             body=body,
             rules=sorted(self._rules_called),
+            fast=self._fast(fields, rules, base, deep),
+        )
+
+    # -- the inline tests a message's __post_init__ runs before its check ----------------------
+
+    def _fast(
+        self,
+        fields: tuple[Field, ...],
+        rules: tuple[Rule, ...],
+        base: FieldSet | None,
+        deep: list[Field],
+    ) -> list[str] | None:
+        """Tests on ``self``, each cheaper than its rule and true only where the rule holds
+        (a text of at most limit/4 characters is within limit UTF-8 bytes); ``None`` when a
+        rule has no such test (items of arrays, nested objects with checks of their own), and
+        the check then always runs."""
+        tests: list[str] = []
+        if base is not None and self._needs(base.class_name):
+            inherited = self._fast(self._members[base.class_name][0], (), None, [])
+            if inherited is None:
+                return None
+            tests += inherited
+        for f in fields:
+            test = self._fast_field(f)
+            if test is None:
+                return None
+            tests += test
+        for r in rules:
+            tests.append(self._fast_rule(fields, r))
+        for f in deep:
+            if f.type.kind == "struct":
+                return None
+            limit = self._nesting_constant().py_name
+            rule = names.rule("free_form_problem")
+            call = f'{rule}(self.{f.py_name}, "$", ".{f.wire_name}", 2, {limit})'
+            tests.append(_or_absent(f, f"self.{f.py_name}", f"{call} is None"))
+        return tests
+
+    def _fast_field(self, f: Field) -> list[str] | None:
+        value = f"self.{f.py_name}"
+        element = f.type.element
+        if element.kind == "struct" and element.struct is not None and self._needs(element.struct):
+            return None
+        if f.type.kind in ("array", "map"):
+            rules = (f.not_blank, f.min_bytes is not None, f.max_bytes is not None)
+            if element.kind == "string" and any(rules):
+                return None
+            return [_or_absent(f, value, f"len({value}) < 2")] if f.unique_by else []
+        if element.kind != "string" or f.has_const:
+            return []
+        tests = []
+        if f.not_blank:
+            tests.append(f"{value} and not {value}.isspace()")
+        if f.min_bytes is not None:
+            tests.append(f"len({value}) >= {_bound(f.min_bytes)}")
+        if f.max_bytes is not None:
+            tests.append(f"len({value}) * 4 <= {_bound(f.max_bytes)}")
+        return [_or_absent(f, value, " and ".join(tests))] if tests else []
+
+    def _fast_rule(self, fields: tuple[Field, ...], r: Rule) -> str:
+        if r.kind in ("at_most_one_of", "exactly_one_of", "at_least_one_of", "min_fields"):
+            candidates = r.fields if r.fields else tuple(f for f in fields if not f.required)
+            count = " + ".join(
+                "1" if f.required else f"(self.{f.py_name} is not UNSET)" for f in candidates
+            )
+            bound = {
+                "at_most_one_of": "<= 1",
+                "exactly_one_of": "== 1",
+                "at_least_one_of": ">= 1",
+                "min_fields": f">= {r.count}",
+            }[r.kind]
+            return f"{count} {bound}"
+        assert r.field is not None and r.other is not None
+        same = "is" if r.equals is None or isinstance(r.equals, bool) else "=="
+        return (
+            f"(self.{r.field.py_name} in (UNSET, None, False) "
+            f"or self.{r.other.py_name} {same} {r.equals!r})"
         )
 
     def _nesting_lines(
@@ -664,6 +747,30 @@ class _Builder:
         for m in self.p.messages:
             walk(m.fields, m.type, "$", ())
         return out
+
+
+def _or_absent(f: Field, value: str, test: str) -> str:
+    """``test`` of field ``f``, or true when the field holds no value to check."""
+    guard = _present(f, value)
+    if not guard:
+        return test
+    absent = " or ".join(g.replace(" is not ", " is ") for g in guard)
+    return f"({absent} or ({test}))" if " and " in test else f"({absent} or {test})"
+
+
+def _with_check(c: PyClass, check: PyCheck | None) -> PyClass:
+    if check is None:
+        return c
+    return replace(c, check=check.function, check_when=_unless(check.fast))
+
+
+def _unless(tests: list[str] | None) -> str | None:
+    """The condition under which a check must run: not all of ``tests`` hold."""
+    if not tests:
+        return None
+    if len(tests) == 1 and tests[0].endswith(" is None") and " or " not in tests[0]:
+        return tests[0].removesuffix(" is None") + " is not None"
+    return f"not ({' and '.join(tests)})"
 
 
 def _escape(text: str) -> str:

@@ -381,8 +381,10 @@ def _messages(model: PyModel, header: str) -> str:
     msgspec_names = ["UNSET", "UnsetType"]
     if model.uses_meta:
         msgspec_names.append("Meta")
+    fast = " ".join(c.check_when for c in model.messages if c.check_when)
     constant_imports = sorted(
-        c for c in _referenced_constants(_all_fields(p)) if re.search(rf"\b{c}\b", text_all)
+        {c for c in _referenced_constants(_all_fields(p)) if re.search(rf"\b{c}\b", text_all)}
+        | {c.py_name for c in p.constants if re.search(rf"\b{c.py_name}\b", fast)}
     )
     unions = [
         {
@@ -421,7 +423,10 @@ def _messages(model: PyModel, header: str) -> str:
         typing_names=sorted(typing_names),
         msgspec_names=sorted(msgspec_names),
         constant_imports=constant_imports,
-        safe_integer=safe_integer,
+        rule_imports=[
+            *([names.JSON_SAFE_INTEGER] if safe_integer else []),
+            *(["free_form_problem"] if "free_form_problem(" in fast else []),
+        ],
         uses_datetime=uses_datetime,
         check_imports=sorted(c.check for c in model.messages if c.check),
         exports=_sorted_all(exports),

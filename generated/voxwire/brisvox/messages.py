@@ -18,11 +18,15 @@ from typing import Annotated, Any, ClassVar, Final, Literal, TypeAlias
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
-from voxwire._rules import JSON_SAFE_INTEGER
+from voxwire._rules import JSON_SAFE_INTEGER, free_form_problem
 from voxwire.brisvox.constants import (
     IDEMPOTENCY_KEY_LENGTH,
+    MAX_COMMAND_ID_BYTES,
     MAX_CONTEXT_MESSAGES,
     MAX_ENABLED_TOOLS,
+    MAX_LINE_BYTES,
+    MAX_NESTING_DEPTH,
+    MAX_NOTE_BYTES,
     MAX_TOOL_NAME_LENGTH,
     MAX_TOOL_TIMEOUT_MS,
     MAX_TOOLS,
@@ -1508,8 +1512,13 @@ class ToolCall(EnvelopeFields, Message, tag="tool.call", kw_only=True):
 
     def __post_init__(self) -> None:
         # The rules typed decoding cannot carry, checked whenever the message is built.
+        # Values these tests pass obey them; the check runs for any other and names it.
         try:
-            check_tool_call(self)
+            if (
+                free_form_problem(self.arguments, "$", ".arguments", 2, MAX_NESTING_DEPTH)
+                is not None
+            ):
+                check_tool_call(self)
         except (TypeError, AttributeError):
             return  # a field of another type (only a constructor lets one in): encode names it
 
@@ -1578,8 +1587,17 @@ class ToolResult(Message, tag="tool.result", kw_only=True):
 
     def __post_init__(self) -> None:
         # The rules typed decoding cannot carry, checked whenever the message is built.
+        # Values these tests pass obey them; the check runs for any other and names it.
         try:
-            check_tool_result(self)
+            if not (
+                (self.result is not UNSET) + (self.error is not UNSET) == 1
+                and (
+                    self.result is UNSET
+                    or self.result is None
+                    or free_form_problem(self.result, "$", ".result", 2, MAX_NESTING_DEPTH) is None
+                )
+            ):
+                check_tool_result(self)
         except (TypeError, AttributeError):
             return  # a field of another type (only a constructor lets one in): encode names it
 
@@ -1621,8 +1639,18 @@ class Say(CommandFields, Message, tag="say", kw_only=True):
 
     def __post_init__(self) -> None:
         # The rules typed decoding cannot carry, checked whenever the message is built.
+        # Values these tests pass obey them; the check runs for any other and names it.
         try:
-            check_say(self)
+            if not (
+                (
+                    self.id is UNSET
+                    or (len(self.id) >= 1 and len(self.id) * 4 <= MAX_COMMAND_ID_BYTES)
+                )
+                and self.text
+                and not self.text.isspace()
+                and len(self.text) * 4 <= MAX_LINE_BYTES
+            ):
+                check_say(self)
         except (TypeError, AttributeError):
             return  # a field of another type (only a constructor lets one in): encode names it
 
@@ -1663,8 +1691,20 @@ class End(CommandFields, Message, tag="end", kw_only=True):
 
     def __post_init__(self) -> None:
         # The rules typed decoding cannot carry, checked whenever the message is built.
+        # Values these tests pass obey them; the check runs for any other and names it.
         try:
-            check_end(self)
+            if not (
+                (
+                    self.id is UNSET
+                    or (len(self.id) >= 1 and len(self.id) * 4 <= MAX_COMMAND_ID_BYTES)
+                )
+                and (
+                    self.say is UNSET
+                    or (self.say and not self.say.isspace() and len(self.say) * 4 <= MAX_LINE_BYTES)
+                )
+                and (self.reason is UNSET or len(self.reason) * 4 <= MAX_NOTE_BYTES)
+            ):
+                check_end(self)
         except (TypeError, AttributeError):
             return  # a field of another type (only a constructor lets one in): encode names it
 
@@ -1718,8 +1758,17 @@ class Transfer(CommandFields, Message, tag="transfer", kw_only=True):
 
     def __post_init__(self) -> None:
         # The rules typed decoding cannot carry, checked whenever the message is built.
+        # Values these tests pass obey them; the check runs for any other and names it.
         try:
-            check_transfer(self)
+            if not (
+                (
+                    self.id is UNSET
+                    or (len(self.id) >= 1 and len(self.id) * 4 <= MAX_COMMAND_ID_BYTES)
+                )
+                and (self.summary is UNSET or len(self.summary) * 4 <= MAX_NOTE_BYTES)
+                and (self.reason is UNSET or len(self.reason) * 4 <= MAX_NOTE_BYTES)
+            ):
+                check_transfer(self)
         except (TypeError, AttributeError):
             return  # a field of another type (only a constructor lets one in): encode names it
 
@@ -1797,8 +1846,12 @@ class ToolsSet(CommandFields, Message, tag="tools.set", kw_only=True):
 
     def __post_init__(self) -> None:
         # The rules typed decoding cannot carry, checked whenever the message is built.
+        # Values these tests pass obey them; the check runs for any other and names it.
         try:
-            check_tools_set(self)
+            if not (
+                self.id is UNSET or (len(self.id) >= 1 and len(self.id) * 4 <= MAX_COMMAND_ID_BYTES)
+            ):
+                check_tools_set(self)
         except (TypeError, AttributeError):
             return  # a field of another type (only a constructor lets one in): encode names it
 
@@ -1838,8 +1891,14 @@ class CommandResult(EnvelopeFields, Message, tag="command.result", kw_only=True)
 
     def __post_init__(self) -> None:
         # The rules typed decoding cannot carry, checked whenever the message is built.
+        # Values these tests pass obey them; the check runs for any other and names it.
         try:
-            check_command_result(self)
+            if not (
+                len(self.id) >= 1
+                and len(self.id) * 4 <= MAX_COMMAND_ID_BYTES
+                and (self.error in (UNSET, None, False) or self.ok is False)
+            ):
+                check_command_result(self)
         except (TypeError, AttributeError):
             return  # a field of another type (only a constructor lets one in): encode names it
 

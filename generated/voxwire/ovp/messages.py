@@ -19,7 +19,7 @@ from typing import Annotated, Any, ClassVar, Final, Literal, TypeAlias
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
-from voxwire._rules import JSON_SAFE_INTEGER
+from voxwire._rules import JSON_SAFE_INTEGER, free_form_problem
 from voxwire.ovp.constants import (
     DTMF_MAX_DURATION_MS,
     DTMF_MIN_DURATION_MS,
@@ -30,6 +30,7 @@ from voxwire.ovp.constants import (
     MAX_FILE_NAME_CHARS,
     MAX_ID_CHARS,
     MAX_LANGUAGE_TAG_CHARS,
+    MAX_NESTING_DEPTH,
     MAX_SEQ,
     MAX_SESSION_ID_CHARS,
     MAX_TOOL_NAME_CHARS,
@@ -1110,8 +1111,10 @@ class TranscriptPartial(EnvelopeFields, Message, tag="transcript.partial", kw_on
 
     def __post_init__(self) -> None:
         # The rules typed decoding cannot carry, checked whenever the message is built.
+        # Values these tests pass obey them; the check runs for any other and names it.
         try:
-            check_transcript_partial(self)
+            if not (self.text and not self.text.isspace()):
+                check_transcript_partial(self)
         except (TypeError, AttributeError):
             return  # a field of another type (only a constructor lets one in): encode names it
 
@@ -1177,8 +1180,10 @@ class TranscriptFinal(EnvelopeFields, Message, tag="transcript.final", kw_only=T
 
     def __post_init__(self) -> None:
         # The rules typed decoding cannot carry, checked whenever the message is built.
+        # Values these tests pass obey them; the check runs for any other and names it.
         try:
-            check_transcript_final(self)
+            if not (self.text and not self.text.isspace()):
+                check_transcript_final(self)
         except (TypeError, AttributeError):
             return  # a field of another type (only a constructor lets one in): encode names it
 
@@ -1216,8 +1221,10 @@ class AgentInput(EnvelopeFields, Message, tag="agent.input", kw_only=True):
 
     def __post_init__(self) -> None:
         # The rules typed decoding cannot carry, checked whenever the message is built.
+        # Values these tests pass obey them; the check runs for any other and names it.
         try:
-            check_agent_input(self)
+            if not (self.text and not self.text.isspace()):
+                check_agent_input(self)
         except (TypeError, AttributeError):
             return  # a field of another type (only a constructor lets one in): encode names it
 
@@ -1298,8 +1305,10 @@ class AgentOutput(EnvelopeFields, Message, tag="agent.output", kw_only=True):
 
     def __post_init__(self) -> None:
         # The rules typed decoding cannot carry, checked whenever the message is built.
+        # Values these tests pass obey them; the check runs for any other and names it.
         try:
-            check_agent_output(self)
+            if not (self.text and not self.text.isspace()):
+                check_agent_output(self)
         except (TypeError, AttributeError):
             return  # a field of another type (only a constructor lets one in): encode names it
 
@@ -1355,8 +1364,13 @@ class AgentToolInvoke(EnvelopeFields, Message, tag="agent.tool.invoke", kw_only=
 
     def __post_init__(self) -> None:
         # The rules typed decoding cannot carry, checked whenever the message is built.
+        # Values these tests pass obey them; the check runs for any other and names it.
         try:
-            check_agent_tool_invoke(self)
+            if (
+                free_form_problem(self.arguments, "$", ".arguments", 2, MAX_NESTING_DEPTH)
+                is not None
+            ):
+                check_agent_tool_invoke(self)
         except (TypeError, AttributeError):
             return  # a field of another type (only a constructor lets one in): encode names it
 
@@ -1401,8 +1415,10 @@ class AgentToolStreaming(EnvelopeFields, Message, tag="agent.tool.streaming", kw
 
     def __post_init__(self) -> None:
         # The rules typed decoding cannot carry, checked whenever the message is built.
+        # Values these tests pass obey them; the check runs for any other and names it.
         try:
-            check_agent_tool_streaming(self)
+            if free_form_problem(self.partial, "$", ".partial", 2, MAX_NESTING_DEPTH) is not None:
+                check_agent_tool_streaming(self)
         except (TypeError, AttributeError):
             return  # a field of another type (only a constructor lets one in): encode names it
 
@@ -1451,8 +1467,10 @@ class AgentToolResult(EnvelopeFields, Message, tag="agent.tool.result", kw_only=
 
     def __post_init__(self) -> None:
         # The rules typed decoding cannot carry, checked whenever the message is built.
+        # Values these tests pass obey them; the check runs for any other and names it.
         try:
-            check_agent_tool_result(self)
+            if free_form_problem(self.result, "$", ".result", 2, MAX_NESTING_DEPTH) is not None:
+                check_agent_tool_result(self)
         except (TypeError, AttributeError):
             return  # a field of another type (only a constructor lets one in): encode names it
 
@@ -1663,8 +1681,13 @@ class SupervisorRelease(EnvelopeFields, Message, tag="supervisor.release", kw_on
 
     def __post_init__(self) -> None:
         # The rules typed decoding cannot carry, checked whenever the message is built.
+        # Values these tests pass obey them; the check runs for any other and names it.
         try:
-            check_supervisor_release(self)
+            if not (
+                self.context_note is UNSET
+                or (self.context_note and not self.context_note.isspace())
+            ):
+                check_supervisor_release(self)
         except (TypeError, AttributeError):
             return  # a field of another type (only a constructor lets one in): encode names it
 
@@ -1787,8 +1810,10 @@ class FileAttach(EnvelopeFields, Message, tag="file.attach", kw_only=True):
 
     def __post_init__(self) -> None:
         # The rules typed decoding cannot carry, checked whenever the message is built.
+        # Values these tests pass obey them; the check runs for any other and names it.
         try:
-            check_file_attach(self)
+            if not (self.file_name and not self.file_name.isspace()):
+                check_file_attach(self)
         except (TypeError, AttributeError):
             return  # a field of another type (only a constructor lets one in): encode names it
 
@@ -1836,8 +1861,10 @@ class ScreenShare(EnvelopeFields, Message, tag="screen.share", kw_only=True):
 
     def __post_init__(self) -> None:
         # The rules typed decoding cannot carry, checked whenever the message is built.
+        # Values these tests pass obey them; the check runs for any other and names it.
         try:
-            check_screen_share(self)
+            if not (self.url in (UNSET, None, False) or self.action == "start"):
+                check_screen_share(self)
         except (TypeError, AttributeError):
             return  # a field of another type (only a constructor lets one in): encode names it
 
@@ -2038,8 +2065,10 @@ class AgentHandoffRequested(EnvelopeFields, Message, tag="agent.handoff_requeste
 
     def __post_init__(self) -> None:
         # The rules typed decoding cannot carry, checked whenever the message is built.
+        # Values these tests pass obey them; the check runs for any other and names it.
         try:
-            check_agent_handoff_requested(self)
+            if not (self.caller_summary and not self.caller_summary.isspace()):
+                check_agent_handoff_requested(self)
         except (TypeError, AttributeError):
             return  # a field of another type (only a constructor lets one in): encode names it
 
@@ -2256,8 +2285,13 @@ class ErrorEvent(EnvelopeFields, Message, tag="error", kw_only=True):
 
     def __post_init__(self) -> None:
         # The rules typed decoding cannot carry, checked whenever the message is built.
+        # Values these tests pass obey them; the check runs for any other and names it.
         try:
-            check_error_event(self)
+            if not (
+                self.details is UNSET
+                or free_form_problem(self.details, "$", ".details", 2, MAX_NESTING_DEPTH) is None
+            ):
+                check_error_event(self)
         except (TypeError, AttributeError):
             return  # a field of another type (only a constructor lets one in): encode names it
 
