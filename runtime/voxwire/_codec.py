@@ -10,10 +10,12 @@ the message classes' own: each runs its generated check when it is built, inside
 from __future__ import annotations
 
 import json
+import os
 import re
 import reprlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Final, Union
 
 import msgspec
@@ -27,6 +29,7 @@ __all__ = [
     "SenderSpec",
     "UnknownMessage",
     "field_of_refused",
+    "python_gate",
     "without_item",
 ]
 
@@ -72,6 +75,47 @@ class SenderSpec:
     envelope: type | None = None
 
 
+def python_gate(
+    *,
+    decode: Callable[[str], Any],
+    explain: Callable[[Exception, Any], Any],
+    other: Callable[[Any], Any],
+    quarter: int,
+) -> Callable[[Any], Any]:
+    """A sender's decode function: the common case, a str of at most ``quarter`` characters,
+    goes straight to ``decode`` (msgspec, where the checks run as it builds each message), and
+    ``explain(exc, data)`` answers what it raises; anything else goes to ``other(data)``, which
+    measures and converts it first.
+
+    ``voxwire._speedups.Gate`` is this function in C, used where it was built: it saves the
+    Python frame between the caller and msgspec (tests/test_speedups.py holds both to one
+    behaviour).
+    """
+
+    # type(x) rather than x.__class__: CPython specialises the call.
+    def gate(data: Any) -> Any:
+        if type(data) is str and len(data) <= quarter:
+            try:
+                return decode(data)
+            except Exception as exc:
+                return explain(exc, data)
+        return other(data)
+
+    return gate
+
+
+def _gate_factory() -> Callable[..., Callable[[Any], Any]]:
+    """The C gate unless it was not built or ``VOXWIRE_NO_SPEEDUPS`` is set; else the Python one."""
+    if os.environ.get("VOXWIRE_NO_SPEEDUPS"):
+        return python_gate
+    try:
+        from voxwire._speedups import Gate
+    except ImportError:
+        return python_gate
+    return Gate
+
+
+_GATE: Final = _gate_factory()
 _ANY: Final = msgspec.json.Decoder()
 _SKIP: Final = msgspec.json.Decoder(msgspec.Raw).decode  # checks the syntax, keeps nothing
 _INDEX: Final = re.compile(r"\[\d+\]")
@@ -172,21 +216,13 @@ class JsonCodec:
             ) from None
 
     def _runner(self, sender: str, decode: Callable[[bytes | str], Any]) -> Callable[[Any], Any]:
-        """The sender's decode function: the common case, a str of at most a quarter of the
-        bound, goes straight to msgspec (the checks run inside it, as it builds each message);
-        anything else takes the path that measures and converts it first."""
-        quarter, other, explain = self._quarter, self._other, self._explain
-
-        # type(x) rather than x.__class__: CPython specialises the call.
-        def run(data: bytes | str) -> Any:
-            if type(data) is str and len(data) <= quarter:
-                try:
-                    return decode(data)
-                except Exception as exc:
-                    return explain(exc, data, sender)
-            return other(data, sender)
-
-        return run
+        """The sender's decode function (``python_gate``, or the same gate in C)."""
+        return _GATE(
+            decode=decode,
+            explain=partial(self._explain, sender=sender),
+            other=partial(self._other, sender=sender),
+            quarter=self._quarter,
+        )
 
     def _ungated_runner(
         self, sender: str, decode: Callable[[bytes | str], Any]

@@ -1,0 +1,115 @@
+"""The decoders' C gate (``voxwire._speedups``) and its Python reference
+(``voxwire._codec.python_gate``) answer every input alike.
+
+Two processes, one on each gate (``VOXWIRE_NO_SPEEDUPS=1`` chooses the Python one), decode the
+same deterministic fuzz inputs of every sender, each as str, bytes, bytearray and memoryview,
+and objects that are no message at all; they must return equal messages and raise the same
+errors, with the same code, text, path and ``__context__``.
+
+msgspec counts its recursion against Python's limit, so what an input nested near that limit
+gets depends on how deep the caller's stack is; the C gate is one Python frame shallower than
+the Python one, so the probe calls it from one frame deeper.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+INPUTS_PER_SENDER = 1500
+
+PROBE = """
+import hashlib, json, random, sys
+import fuzz
+from voxwire import _codec
+
+def verdict(decode, data):
+    try:
+        message = decode(data)
+    except Exception as exc:
+        context = type(exc.__context__).__name__ if exc.__context__ is not None else None
+        return ["raised", type(exc).__name__, getattr(exc, "code", None), str(exc),
+                getattr(exc, "path", None), context]
+    return ["decoded", repr(message)]
+
+digest, counts = hashlib.sha256(), {}
+for target in fuzz.TARGETS:
+    if target.sender is None:
+        continue
+    from importlib import import_module
+    module = import_module(f"voxwire.{target.protocol}")
+    gate = module.decoder(target.sender)
+    if isinstance(gate, _codec.python_gate.__class__):
+        decode = gate
+    else:
+        def decode(data, gate=gate):  # the Python gate's own frame, for the C one
+            return gate(data)
+    generate, _ = target.build(seed=7, time_bound=5.0)
+    inputs = [generate() for _ in range(int(sys.argv[1]))]
+    for data in inputs:
+        text = data.decode("utf-8", "surrogatepass") if data.isascii() else None
+        for form in (data, bytearray(data), memoryview(data), text):
+            if form is not None:
+                answer = verdict(decode, form)
+                counts[answer[0]] = counts.get(answer[0], 0) + 1
+                digest.update(json.dumps(answer).encode())
+    for odd in (None, 5, [], type("S", (str,), {})('{"type":"x"}')):
+        digest.update(json.dumps(verdict(decode, odd)).encode())
+print(json.dumps({"gate": type(gate).__name__, "digest": digest.hexdigest(), "counts": counts}))
+"""
+
+
+def _answers(no_speedups: bool) -> dict[str, object]:
+    env = {k: v for k, v in os.environ.items() if k != "VOXWIRE_NO_SPEEDUPS"}
+    if no_speedups:
+        env["VOXWIRE_NO_SPEEDUPS"] = "1"
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, str(INPUTS_PER_SENDER)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    result: dict[str, object] = json.loads(done.stdout)
+    return result
+
+
+def _built() -> bool:
+    try:
+        import voxwire._speedups  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def test_the_c_gate_is_built_where_a_compiler_is() -> None:
+    if os.environ.get("VOXWIRE_NO_SPEEDUPS"):
+        pytest.skip("VOXWIRE_NO_SPEEDUPS is set: the Python gate is chosen")
+    if not _built() and not (shutil.which("cc") or shutil.which("gcc")):
+        pytest.skip("no C compiler here: the install built no C gate (the Python one is used)")
+    from voxwire import _codec, brisvox
+    from voxwire._speedups import Gate
+
+    assert type(brisvox.decoder("server")) is Gate
+    assert _codec.python_gate is not Gate
+
+
+def test_both_gates_answer_every_input_alike() -> None:
+    if not _built():
+        pytest.skip("the C gate is not built here: only the Python gate runs")
+    python, c = _answers(no_speedups=True), _answers(no_speedups=False)
+    assert (python["gate"], c["gate"]) == ("function", "Gate")
+    counts = python["counts"]
+    assert isinstance(counts, dict) and counts["decoded"] > 1000 and counts["raised"] > 1000
+    assert c["counts"] == counts
+    assert c["digest"] == python["digest"]
