@@ -151,6 +151,7 @@ class Link:
         self._closing: Close | None = None
         self._kick = asyncio.Event()
         self._room = asyncio.Event()
+        self._room_awaited = False  # a producer waits on _room: a flush that takes sets it
         self._pings: set[asyncio.Task[None]] = set()
         # A task is let go once done: a cancelled one holds its CancelledError, whose traceback
         # holds the task's frame and so this link (a cycle only a full collection would free,
@@ -176,7 +177,11 @@ class Link:
 
     def control(self, frame: Frame) -> Put:
         """Queue a control message (never dropped; never waits)."""
-        return self._queued(self.outbound.control(frame))
+        put = self.outbound.control(frame)
+        if put is _QUEUED:  # the audio path: one call fewer
+            self._schedule()
+            return put
+        return self._queued(put)
 
     def event(self, frame: Frame) -> Put:
         """Queue an event: :data:`Put.DROPPED` or :data:`Put.FULL` when the class is full."""
@@ -186,6 +191,7 @@ class Link:
         """Queue an event, waiting for room while the class is full (:data:`Overflow.WAIT`)."""
         while (put := self.event(frame)) is Put.FULL:
             self._room.clear()
+            self._room_awaited = True
             await self._room.wait()
         return put
 
@@ -204,6 +210,7 @@ class Link:
         """Wait until an event may be queued (or the link is down or closing)."""
         while self.outbound.room <= 0 and self.outbound.accepting:
             self._room.clear()
+            self._room_awaited = True
             await self._room.wait()
 
     def heard(self, now: float | None = None) -> None:
@@ -298,8 +305,11 @@ class Link:
                     continue
                 room = outbound.room
                 batch = outbound.take(self.clock.now())
-                self._room.set()
-                if batch.frames and not self._write_now(batch.frames):
+                if self._room_awaited:
+                    self._room_awaited = False
+                    self._room.set()
+                frames = batch.frames
+                if frames and not self._write_now(frames):
                     self._closed_under(f"the connection is {ws.protocol.state.name.lower()}")
                     return
                 if batch.close is not None:
@@ -324,18 +334,19 @@ class Link:
         """Build the frames with websockets' sans-I/O protocol object and write them at once;
         False when the connection is no longer open."""
         ws = self.ws
-        if not _writable(ws):
+        protocol, transport = ws.protocol, ws.transport
+        if protocol.state is not _OPEN or transport.is_closing():  # _writable(ws), inline
             return False
         if self._record is not None:
             for frame in frames:
                 self._record(frame.data.decode() if isinstance(frame, SendText) else frame.data)
-        protocol = ws.protocol
         for frame in frames:
             if isinstance(frame, SendText):
                 protocol.send_text(frame.data)
             else:
                 protocol.send_binary(frame.data)
-        ws.transport.write(b"".join(protocol.data_to_send()))
+        data = protocol.data_to_send()
+        transport.write(data[0] if len(data) == 1 else b"".join(data))
         self.drains += 1
         self.frames += len(frames)
         return True

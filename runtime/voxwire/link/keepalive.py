@@ -54,7 +54,8 @@ class Keepalive:
 
     def heard(self, now: float) -> None:
         """A frame or a pong arrived."""
-        self.last_heard = max(self.last_heard, now)
+        if now > self.last_heard:
+            self.last_heard = now
 
     def next_deadline(self) -> float:
         """When :meth:`tick` must run next."""

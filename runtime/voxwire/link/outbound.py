@@ -198,7 +198,7 @@ class Outbound:
     @property
     def room(self) -> int:
         """How many events may be queued now (0 while a feed is still entering)."""
-        if not self.accepting or self._feeds:
+        if self.state is not _OPEN or self._feeds:
             return 0
         return self.event_bound - self._event_count
 
@@ -220,7 +220,7 @@ class Outbound:
 
     def control(self, frame: Frame) -> Put:
         """Queue a control message: never dropped."""
-        if not self.accepting:
+        if self.state is not _OPEN:
             return Put.CLOSED
         if self._control_count >= self.control_bound:
             self.fail()
@@ -288,7 +288,8 @@ class Outbound:
         if self.lost and self._report_lost is not None:
             frames.append(self._report_lost(self.lost))
         self.lost = 0
-        self._refill()
+        if self._feeds:
+            self._refill()
         close = None
         if self._close is not None and not self._feeds and not self._events:
             frames.extend(self._final)

@@ -100,7 +100,7 @@ from voxwire.ovp.gateway_core import (
 )
 from voxwire.ovp.roles import GatewayReceives, GatewaySends
 from voxwire.redaction import install_redaction
-from voxwire.sansio import Ignored
+from voxwire.sansio import Ignored, SendBinary
 
 __all__ = [
     "Gateway",
@@ -354,10 +354,11 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives):
         """Send 20 ms of agent audio (640 bytes of PCM); dropped while the client is away."""
         out = self._core.send_audio(pcm, self._clock.now(), flags=flags)
         item = out[0] if len(out) == 1 else None
-        if type(item) is ToLink:  # the audio path: control, and no deadline moves
+        # The audio path: the frame goes as control, and no deadline moves.
+        if type(item) is ToLink and isinstance(frame := item.action, SendBinary):
             link = self._links.get(item.link)
             if link is not None:
-                perform(link, item.action)
+                link.control(frame)
         elif out:
             self._perform(out)
 

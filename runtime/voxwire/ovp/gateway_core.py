@@ -475,7 +475,8 @@ class GatewayCore:
     ) -> list[GatewayOutput]:
         """One 20 ms frame of agent audio; dropped (frame_seq still advances) while the client
         is away or its link is behind on the stream."""
-        self._require_live()
+        if self.state is not _LIVE:
+            self._require_live()
         data = self._frames_out.build(pcm, flags, None)
         link = self.current_link
         state = None if link is None else self._links[link]
