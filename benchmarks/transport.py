@@ -11,6 +11,13 @@ call with its own task and sleeps, or (``--pacer shared``) every call from one
 :class:`~voxwire.link.Pacer` task whose senders write through a :class:`~voxwire.link.Link`,
 so it spends less of the machine the servers share.
 
+A level is N calls at once: every call connects first (an OVP call once its ``session.start``
+arrived), and only then does the audio start, call ``i`` at ``i / N`` of the 20 ms frame period
+(with ``--pacer shared``, on the pacer's one grid), so the N calls stream together for the
+level's seconds and the p99 is that of the steady state, for both servers alike. What the
+connection storm costs is reported beside it (``setup_ms``: from the first connect to the last
+call ready), not mixed into the frames' latency.
+
 Loopback only, and bounded: every level runs ``seconds`` of audio, and each child stops by
 itself after ``CHILD_LIFETIME_S``.
 """
@@ -68,6 +75,8 @@ class Level:
     frames_back: int
     p50_ms: float
     p99_ms: float
+    setup_ms: float
+    """From the first connect to the last call ready (OVP: its ``session.start`` received)."""
 
     @property
     def sustained(self) -> bool:
@@ -109,11 +118,8 @@ async def _serve_echo() -> None:
 # -- the load ----------------------------------------------------------------------------------
 
 
-async def _call(
-    base: str, server: str, index: int, frames: int, latencies: list[float], pacer: Pacer | None
-) -> int:
-    """One call: stream ``frames`` frames in real time (on its own sleeps, or from the shared
-    ``pacer`` through a :class:`~voxwire.link.Link`); return how many came back."""
+async def _connect(base: str, server: str, index: int) -> tuple[ClientConnection, str]:
+    """One call's connection, ready for audio (OVP: its session.start received); its session."""
     session_id = f"ovps_bench_{index}_{time.monotonic_ns()}"  # an ended session's id stays taken
     if server == "ovp":
         token = mint_token(SECRET, session_id=session_id, tenant_id=TENANT)
@@ -123,6 +129,20 @@ async def _call(
         assert start["type"] == "session.start", start
     else:
         ws = await connect(base, compression=None)
+    return ws, session_id
+
+
+async def _call(
+    ws: ClientConnection,
+    session_id: str,
+    began: float,
+    frames: int,
+    latencies: list[float],
+    pacer: Pacer | None,
+) -> int:
+    """One call: stream ``frames`` frames in real time from ``began`` (``perf_counter``
+    seconds; on its own sleeps, or from the shared ``pacer`` through a
+    :class:`~voxwire.link.Link`); return how many came back."""
     back = 0
 
     async def listen() -> None:
@@ -151,7 +171,6 @@ async def _call(
 
     link: Link | None = None
     if pacer is None:  # a task per call, sleeping until each frame is due
-        began = time.perf_counter()
         for n in range(frames):
             await asyncio.sleep(began + n * FRAME_S - time.perf_counter())
             audio, text = frame(n)
@@ -193,13 +212,20 @@ async def _level(base: str, server: str, calls: int, seconds: float, shared_pace
     frames = int(seconds / FRAME_S)
     latencies: list[float] = []
     pacer = Pacer(FRAME_S) if shared_pacer else None
+    connecting = time.perf_counter()
+    ready = await asyncio.gather(*(_connect(base, server, i) for i in range(calls)))
+    setup = time.perf_counter() - connecting
+    audio = time.perf_counter() + FRAME_S  # every call's phase of the frame period, evenly
     backs = await asyncio.gather(
-        *(_call(base, server, i, frames, latencies, pacer) for i in range(calls))
+        *(
+            _call(ws, session_id, audio + i * FRAME_S / calls, frames, latencies, pacer)
+            for i, (ws, session_id) in enumerate(ready)
+        )
     )
     latencies.sort()
     p99 = latencies[int(len(latencies) * 0.99)] if latencies else float("inf")
     p50 = statistics.median(latencies) if latencies else float("inf")
-    return Level(server, calls, calls * frames, sum(backs), p50 * 1000, p99 * 1000)
+    return Level(server, calls, calls * frames, sum(backs), p50 * 1000, p99 * 1000, setup * 1000)
 
 
 def _ramp(server: str, levels: list[int], seconds: float, shared_pacer: bool) -> list[Level]:
