@@ -415,6 +415,34 @@ def test_a_closed_connection_under_the_writer_takes_the_link_down() -> None:
     run(main)
 
 
+def test_a_link_runs_no_task_until_it_must_wait_for_the_socket() -> None:
+    """Writes under the high-water mark and the keepalive need no task; the close does."""
+
+    async def main() -> None:
+        async with peer_and_client() as (peer, ws, _):
+            keepalive = Keepalive(ping_interval=0.05, silence_timeout=5.0, now=SYSTEM_CLOCK.now())
+            link = Link(ws, Outbound(event_bound=8, overflow=Overflow.DROP), clock=SYSTEM_CLOCK,
+                        drain_timeout=2.0, keepalive=keepalive, name="lazy")  # fmt: skip
+            for n in range(3):
+                link.event(text(n))
+                await asyncio.sleep(0.06)  # a ping each time
+            await eventually_true(lambda: link.pongs >= 2)
+            assert not [t for t in asyncio.all_tasks() if t.get_name() == "lazy writer"]
+            assert len(peer.received) == 3 and link.up
+            link.close(1000, "bye")
+            await link.wait_closed()  # waits for a writer that did not exist when it was called
+            await peer.closed.wait()
+            assert peer.close_code == 1000 and not link.up and link.down is None
+
+    run(main)
+
+
+async def eventually_true(check: Callable[[], bool]) -> None:
+    async with asyncio.timeout(5.0):
+        while not check():
+            await asyncio.sleep(0.005)
+
+
 @pytest.mark.parametrize("ending", ["stop", "down then stop", "close"])
 def test_a_link_that_ended_is_freed_without_a_collection(ending: str) -> None:
     """Its cancelled tasks keep no cycle through the link (which holds the connection)."""

@@ -1,5 +1,6 @@
-"""The asyncio adapter of the outbound link: one writer task and one keepalive task per
-connection, on a ``websockets`` asyncio :class:`~websockets.asyncio.connection.Connection`.
+"""The asyncio adapter of the outbound link of one ``websockets`` asyncio
+:class:`~websockets.asyncio.connection.Connection`: writes in the caller's loop turn, a writer
+task only once one must wait (a full socket buffer, the close), the keepalive on a loop timer.
 
 It owns no protocol rule: the role encodes its messages (so checks them, in its own task),
 hands the bytes to :class:`Link`, and feeds every frame it reads to :meth:`Link.heard`.
@@ -7,9 +8,9 @@ Everything queued in one turn of the event loop is written once that turn ends, 
 write (one loop callback per turn for every link of the loop, no task switch); an ``eager`` link
 writes the first message of a turn at once instead, and what follows it in the same turn at the
 turn's end (a message alone in its turn, a real-time audio frame, then waits no loop turn at
-all). While the socket's buffer is over its high-water mark
-the writer task waits for it to drain, under one drain timeout, and writes what queued meanwhile
-as the next batch.
+all). While the socket's buffer is over its high-water mark the writer task (started the first
+time) waits for it to drain, under one drain timeout, and writes what queued meanwhile as the
+next batch. A link that never has to wait runs no task of its own.
 If anything goes wrong on the way out (the drain timeout, the connection, silence past the
 keepalive bound, a control queue the peer does not read, any other error) the link goes down
 once, visibly: the transport is aborted (the role's reader sees the connection end), it is
@@ -153,25 +154,24 @@ class Link:
         self._room = asyncio.Event()
         self._room_awaited = False  # a producer waits on _room: a flush that takes sets it
         self._pings: set[asyncio.Task[None]] = set()
-        # A task is let go once done: a cancelled one holds its CancelledError, whose traceback
-        # holds the task's frame and so this link (a cycle only a full collection would free,
-        # with the connection and everything else the link holds).
-        self._writer: asyncio.Task[None] | None = asyncio.create_task(
-            self._write(), name=f"{name} writer"
-        )
-        self._writer.add_done_callback(self._writer_done)
-        self._keeper: asyncio.Task[None] | None = None
+        # The writer task starts when a flush first hands over (a full socket buffer, the
+        # close), and is let go once done: a cancelled one holds its CancelledError, whose
+        # traceback holds the task's frame and so this link (a cycle only a full collection
+        # would free, with the connection and everything else the link holds).
+        self._writer: asyncio.Task[None] | None = None
+        self._ended = False  # the close was written, the link went down, or it was stopped
+        self._end: asyncio.Future[None] | None = None  # what wait_closed waits on
+        # The keepalive is one loop timer at its next deadline, not a task.
+        self._keeper: asyncio.TimerHandle | None = None
         if keepalive is not None:
-            self._keeper = asyncio.create_task(self._keep_alive(), name=f"{name} keepalive")
-            self._keeper.add_done_callback(self._keeper_done)
+            self._set_keepalive(keepalive)
 
     # -- state ----------------------------------------------------------------------------------
 
     @property
     def up(self) -> bool:
         """Whether the link is neither down nor closed."""
-        writer = self._writer
-        return self.down is None and writer is not None and not writer.done()
+        return self.down is None and not self._ended
 
     # -- sending --------------------------------------------------------------------------------
 
@@ -228,6 +228,10 @@ class Link:
 
     async def wait_closed(self) -> None:
         """Wait until the writer is done: the close was written, or the link went down."""
+        if not self._ended:
+            if self._end is None:
+                self._end = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._end)
         if self._writer is not None:
             await asyncio.gather(self._writer, return_exceptions=True)
 
@@ -238,20 +242,25 @@ class Link:
     async def stop(self) -> None:
         """Stop the writer and the keepalive (the connection ended); what is queued is dropped."""
         self.outbound.fail()
-        tasks = [task for task in (self._writer, self._keeper) if task is not None]
+        self._stop_keepalive()
+        tasks = [self._writer] if self._writer is not None else []
         tasks += self._pings
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._room.set()
+        self._mark_ended()
 
     # -- the tasks ------------------------------------------------------------------------------
 
+    def _mark_ended(self) -> None:
+        self._ended = True
+        if self._end is not None and not self._end.done():
+            self._end.set_result(None)
+
     def _writer_done(self, _: asyncio.Task[None]) -> None:
         self._writer = None
-
-    def _keeper_done(self, _: asyncio.Task[None]) -> None:
-        self._keeper = None
+        self._mark_ended()  # it returns once the close is written, or the link is down
 
     def _queued(self, put: Put) -> Put:
         if put is _QUEUED:
@@ -354,6 +363,9 @@ class Link:
     def _hand_over(self) -> None:
         self._waiting = True
         self._kick.set()
+        if self._writer is None and not self._ended:
+            self._writer = asyncio.create_task(self._write(), name=f"{self.name} writer")
+            self._writer.add_done_callback(self._writer_done)
 
     async def _write(self) -> None:
         """The writer task: waits for the socket to drain (bounded), then for the close."""
@@ -392,22 +404,22 @@ class Link:
             ws.transport.abort()
         self._stop_keepalive()
 
-    async def _keep_alive(self) -> None:
-        keepalive, clock = self.keepalive, self.clock
-        assert keepalive is not None
-        while True:
-            await clock.sleep(keepalive.next_deadline() - clock.now())
-            action = keepalive.tick(clock.now())
-            if action is KeepaliveAction.PING:
-                task = asyncio.create_task(self._ping(), name=f"{self.name} ping")
-                self._pings.add(task)
-                task.add_done_callback(self._pings.discard)
-            elif action is KeepaliveAction.DOWN:
-                self._go_down(
-                    DownCause.SILENCE,
-                    f"nothing heard for {keepalive.silence_timeout:g} s",
-                )
-                return
+    def _set_keepalive(self, keepalive: Keepalive) -> None:
+        delay = self.clock.real_seconds(max(0.0, keepalive.next_deadline() - self.clock.now()))
+        self._keeper = asyncio.get_running_loop().call_later(delay, self._keep_alive, keepalive)
+
+    def _keep_alive(self, keepalive: Keepalive) -> None:
+        """The keepalive's deadline: ping, or take the link down, or nothing yet; then the next."""
+        self._keeper = None
+        action = keepalive.tick(self.clock.now())
+        if action is KeepaliveAction.PING:
+            task = asyncio.create_task(self._ping(), name=f"{self.name} ping")
+            self._pings.add(task)
+            task.add_done_callback(self._pings.discard)
+        elif action is KeepaliveAction.DOWN:
+            self._go_down(DownCause.SILENCE, f"nothing heard for {keepalive.silence_timeout:g} s")
+            return
+        self._set_keepalive(keepalive)
 
     async def _ping(self) -> None:
         try:
@@ -420,9 +432,12 @@ class Link:
         self.heard()
 
     def _stop_keepalive(self) -> None:
+        if self._keeper is not None:
+            self._keeper.cancel()
+            self._keeper = None
         current = asyncio.current_task()
-        for task in [self._keeper, *self._pings]:
-            if task is not None and task is not current:
+        for task in self._pings:
+            if task is not current:
                 task.cancel()
 
     def _closed_under(self, reason: str) -> None:
@@ -441,6 +456,7 @@ class Link:
         self._stop_keepalive()
         if self._writer is not None and self._writer is not asyncio.current_task():
             self._writer.cancel()
+        self._mark_ended()
         self._room.set()
         if peer_closed:
             log.info("%s: link closed by the peer; what was queued is not written", self.name)
