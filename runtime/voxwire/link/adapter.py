@@ -150,8 +150,8 @@ class Link:
         self._flushing = False  # a flush runs: it writes what is queued meanwhile
         self._waiting = False  # the writer task owns the socket: it waits for a drain or closes
         self._closing: Close | None = None
-        self._kick = asyncio.Event()
-        self._room = asyncio.Event()
+        self._kick = asyncio.Event()  # for the writer task
+        self._room: asyncio.Event | None = None  # made for the first producer that waits
         self._room_awaited = False  # a producer waits on _room: a flush that takes sets it
         self._pings: set[asyncio.Task[None]] = set()
         # The writer task starts when a flush first hands over (a full socket buffer, the
@@ -190,9 +190,7 @@ class Link:
     async def put_event(self, frame: Frame) -> Put:
         """Queue an event, waiting for room while the class is full (:data:`Overflow.WAIT`)."""
         while (put := self.event(frame)) is Put.FULL:
-            self._room.clear()
-            self._room_awaited = True
-            await self._room.wait()
+            await self._wait_for_room()
         return put
 
     def feed(self, frames: Iterable[Frame]) -> Put:
@@ -209,9 +207,14 @@ class Link:
     async def wait_room(self) -> None:
         """Wait until an event may be queued (or the link is down or closing)."""
         while self.outbound.room <= 0 and self.outbound.accepting:
-            self._room.clear()
-            self._room_awaited = True
-            await self._room.wait()
+            await self._wait_for_room()
+
+    async def _wait_for_room(self) -> None:
+        if self._room is None:
+            self._room = asyncio.Event()
+        self._room.clear()
+        self._room_awaited = True
+        await self._room.wait()
 
     def heard(self, now: float | None = None) -> None:
         """A frame arrived from the peer (at ``now``, this clock's time, when the caller read
@@ -248,10 +251,15 @@ class Link:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        self._room.set()
+        self._wake_producers()
         self._mark_ended()
 
     # -- the tasks ------------------------------------------------------------------------------
+
+    def _wake_producers(self) -> None:
+        self._room_awaited = False
+        if self._room is not None:
+            self._room.set()
 
     def _mark_ended(self) -> None:
         self._ended = True
@@ -315,8 +323,7 @@ class Link:
                 room = outbound.room
                 batch = outbound.take(self.clock.now())
                 if self._room_awaited:
-                    self._room_awaited = False
-                    self._room.set()
+                    self._wake_producers()
                 frames = batch.frames
                 if frames and not self._write_now(frames):
                     self._closed_under(f"the connection is {ws.protocol.state.name.lower()}")
@@ -457,7 +464,7 @@ class Link:
         if self._writer is not None and self._writer is not asyncio.current_task():
             self._writer.cancel()
         self._mark_ended()
-        self._room.set()
+        self._wake_producers()
         if peer_closed:
             log.info("%s: link closed by the peer; what was queued is not written", self.name)
         else:

@@ -119,6 +119,8 @@ __all__ = [
 _WINDOW_EPSILON: Final = 0.001
 _FRAME_REPORT_INTERVAL: Final = FRAME_ERROR_REPORT_INTERVAL_MS / 1000
 _CADENCE: Final = QUALITY_UPDATE_INTERVAL_MS / 1000
+_FRAME_ERROR_CODES: Final = (ErrorCode.OVP_AUDIO_FRAME_INVALID, ErrorCode.OVP_SEQ_REGRESSION)
+"""The frame errors reported in aggregate, in the order a tick reports them."""
 
 
 class GatewayState(Enum):
@@ -364,10 +366,7 @@ class GatewayCore:
         self._replay = _ReplayBuffer()
         self._frames_out = FrameWriter(FrameDirection.SERVER_TO_CLIENT)
         self._frames_in = FrameOrder()
-        self._frame_errors = {
-            ErrorCode.OVP_AUDIO_FRAME_INVALID: _FrameErrors(),
-            ErrorCode.OVP_SEQ_REGRESSION: _FrameErrors(),
-        }
+        self._frame_errors: dict[ErrorCode, _FrameErrors] = {}  # each made at its first error
         self._takeover: bool | None = None  # resumable flag of the takeover in force
         self._handoff: str | None = None  # "requested" or "accepted"
         self._quality: _Quality | None = None
@@ -649,8 +648,9 @@ class GatewayCore:
             out += self._expire(now)
         if self.state not in _STARTED:
             return out
-        for code, errors in self._frame_errors.items():
-            if errors.due(now):
+        for code in _FRAME_ERROR_CODES:
+            errors = self._frame_errors.get(code)
+            if errors is not None and errors.due(now):
                 out += self._report_frames(code, errors, now)
         if self._next_quality is not None and now >= self._next_quality:
             self._next_quality = _next_due(self._next_quality, now)
@@ -810,7 +810,9 @@ class GatewayCore:
         return self._emit(ErrorEvent, fields, now)
 
     def _frame_error(self, code: ErrorCode, detail: str, now: float) -> list[GatewayOutput]:
-        errors = self._frame_errors[code]
+        errors = self._frame_errors.get(code)
+        if errors is None:
+            errors = self._frame_errors[code] = _FrameErrors()
         errors.dropped += 1
         errors.last_detail = detail
         dropped: list[GatewayOutput] = [Ignored(detail, code)]  # reported at most once a second
