@@ -183,7 +183,7 @@ del _S, _I
 
 # Tuples, not sets: membership by identity, without Enum.__hash__ (a Python call on 3.11).
 _LIVE: Final = GatewayState.LIVE  # bound once, as an Enum member look-up is a call on 3.11
-_FROM_CLIENT: Final = FrameDirection.CLIENT_TO_SERVER
+_FROM_CLIENT: Final = int(FrameDirection.CLIENT_TO_SERVER)  # compared int to int per frame
 _STARTED: Final = (GatewayState.LIVE, GatewayState.DROPPED)
 _ENDED: Final = (GatewayState.ENDING, GatewayState.END_UNDELIVERED)
 _WINDOWED: Final = (GatewayState.DROPPED, GatewayState.END_UNDELIVERED)
@@ -630,7 +630,7 @@ class GatewayCore:
             early = ErrorCode.OVP_AUDIO_FRAME_INVALID if self.state is GatewayState.NEW else None
             return [Ignored("an audio frame before the session started or resumed", early)]
         try:
-            frame = decode_frame(data, expected_direction=_FROM_CLIENT)
+            frame = decode_frame(data, _FROM_CLIENT)
         except ProtocolError as exc:
             return self._frame_error(ErrorCode.OVP_AUDIO_FRAME_INVALID, describe(exc), now)
         problem = self._frames_in.accept(frame.frame_seq)
