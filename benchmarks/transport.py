@@ -12,11 +12,13 @@ call with its own task and sleeps, or (``--pacer shared``) every call from one
 so it spends less of the machine the servers share.
 
 A level is N calls at once: every call connects first (an OVP call once its ``session.start``
-arrived), and only then does the audio start, call ``i`` at ``i / N`` of the 20 ms frame period
-(with ``--pacer shared``, on the pacer's one grid), so the N calls stream together for the
-level's seconds and the p99 is that of the steady state, for both servers alike. What the
-connection storm costs is reported beside it (``setup_ms``: from the first connect to the last
-call ready), not mixed into the frames' latency.
+arrived), and only then does the audio start, call ``i`` ``i / N`` of 0.5 s (25 frames) after
+the first, so that the calls' frames, their ``agent.input`` and the gateway's
+``transcript.partial`` fall at independent moments, as independent calls' do, not all in one
+20 ms period. Every call streams until the level's end, and the p50 and p99 are of the frames
+sent while all N stream (the level's seconds), for both servers alike. What the connection
+storm costs is reported beside it (``setup_ms``: from the first connect to the last call
+ready), not mixed into the frames' latency.
 
 Loopback only, and bounded: every level runs ``seconds`` of audio, and each child stops by
 itself after ``CHILD_LIFETIME_S``.
@@ -52,6 +54,8 @@ CHILD_LIFETIME_S = 600.0
 LATENCY_BOUND_S = 0.020
 FRAME_S = ovp.FRAME_MS / 1000
 EVENT_EVERY = 25
+SPREAD_S = EVENT_EVERY * FRAME_S
+"""The calls of a level start their audio spread evenly over this."""
 TRANSCRIPT_EVERY = 10
 STAMP = struct.Struct("<d")
 HEADER = struct.Struct("<BBHII")
@@ -137,12 +141,14 @@ async def _call(
     session_id: str,
     began: float,
     frames: int,
+    steady: float,
     latencies: list[float],
     pacer: Pacer | None,
 ) -> int:
     """One call: stream ``frames`` frames in real time from ``began`` (``perf_counter``
     seconds; on its own sleeps, or from the shared ``pacer`` through a
-    :class:`~voxwire.link.Link`); return how many came back."""
+    :class:`~voxwire.link.Link`), keeping the latency of those sent from ``steady`` on; return
+    how many came back."""
     back = 0
 
     async def listen() -> None:
@@ -150,7 +156,8 @@ async def _call(
         async for message in ws:
             if isinstance(message, bytes):
                 (sent,) = STAMP.unpack_from(message, HEADER.size)
-                latencies.append(time.perf_counter() - sent)
+                if sent >= steady:
+                    latencies.append(time.perf_counter() - sent)
                 back += 1
                 if back == frames:
                     return
@@ -183,6 +190,7 @@ async def _call(
             drain_timeout=2.0,
         )  # fmt: skip
         sent = 0
+        await asyncio.sleep(began - time.perf_counter())
 
         def send(due: int) -> bool:
             nonlocal sent
@@ -209,23 +217,29 @@ async def _call(
 
 
 async def _level(base: str, server: str, calls: int, seconds: float, shared_pacer: bool) -> Level:
-    frames = int(seconds / FRAME_S)
+    frames, spread = int(seconds / FRAME_S), int(SPREAD_S / FRAME_S)
     latencies: list[float] = []
     pacer = Pacer(FRAME_S) if shared_pacer else None
     connecting = time.perf_counter()
     ready = await asyncio.gather(*(_connect(base, server, i) for i in range(calls)))
     setup = time.perf_counter() - connecting
-    audio = time.perf_counter() + FRAME_S  # every call's phase of the frame period, evenly
+    audio = time.perf_counter() + FRAME_S
+    steady = audio + SPREAD_S  # every call streams from here to the level's end
+    # Call i starts i/N of the spread late and streams as many frames fewer: all end together.
+    starts = [
+        (audio + i * SPREAD_S / calls, frames + spread - i * spread // calls) for i in range(calls)
+    ]
     backs = await asyncio.gather(
         *(
-            _call(ws, session_id, audio + i * FRAME_S / calls, frames, latencies, pacer)
-            for i, (ws, session_id) in enumerate(ready)
+            _call(ws, session_id, began, count, steady, latencies, pacer)
+            for (ws, session_id), (began, count) in zip(ready, starts, strict=True)
         )
     )
     latencies.sort()
     p99 = latencies[int(len(latencies) * 0.99)] if latencies else float("inf")
     p50 = statistics.median(latencies) if latencies else float("inf")
-    return Level(server, calls, calls * frames, sum(backs), p50 * 1000, p99 * 1000, setup * 1000)
+    expected = sum(count for _, count in starts)
+    return Level(server, calls, expected, sum(backs), p50 * 1000, p99 * 1000, setup * 1000)
 
 
 def _ramp(server: str, levels: list[int], seconds: float, shared_pacer: bool) -> list[Level]:
