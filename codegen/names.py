@@ -263,6 +263,7 @@ RULES = frozenset(
         "at_least_one_of",
         "at_most_one_of",
         "exactly_one_of",
+        "flat_object",
         "free_form_problem",
         "max_bytes",
         "min_bytes",

@@ -549,10 +549,13 @@ class _Builder:
         for f in deep:
             if f.type.kind == "struct":
                 return None
-            limit = self._nesting_constant().py_name
+            value = f"self.{f.py_name}"
+            limit = self._nesting_constant()
             rule = names.rule("free_form_problem")
-            call = f'{rule}(self.{f.py_name}, "$", ".{f.wire_name}", 2, {limit})'
-            tests.append(_or_absent(f, f"self.{f.py_name}", f"{call} is None"))
+            shallow = f'{rule}({value}, "$", ".{f.wire_name}", 2, {limit.py_name}) is None'
+            if int(limit.value) > 2:  # a flat object in a field is 2 deep: one C call
+                shallow = f"({names.rule('flat_object')}({value}) or {shallow})"
+            tests.append(_or_absent(f, value, shallow))
         return tests
 
     def _fast_field(self, f: Field) -> list[str] | None:

@@ -425,7 +425,7 @@ def _messages(model: PyModel, header: str) -> str:
         constant_imports=constant_imports,
         rule_imports=[
             *([names.JSON_SAFE_INTEGER] if safe_integer else []),
-            *(["free_form_problem"] if "free_form_problem(" in fast else []),
+            *sorted(r for r in names.RULES if re.search(rf"\b{r}\(", fast)),
         ],
         uses_datetime=uses_datetime,
         check_imports=sorted(c.check for c in model.messages if c.check),

@@ -113,3 +113,38 @@ def test_both_gates_answer_every_input_alike() -> None:
     assert isinstance(counts, dict) and counts["decoded"] > 1000 and counts["raised"] > 1000
     assert c["counts"] == counts
     assert c["digest"] == python["digest"]
+
+
+class _Text(str):
+    pass
+
+
+class _Mapping(dict[str, object]):
+    pass
+
+
+FLAT_OR_NOT: list[object] = [
+    {},
+    {"a": "x", "b": 1, "c": True, "d": None, "e": 2**80},
+    {"a": 1.5},
+    {"a": []},
+    {"a": {}},
+    {1: "x"},
+    {_Text("a"): 1},
+    {"a": _Text("x")},
+    _Mapping(a=1),
+    [("a", 1)],
+    "a",
+    None,
+]
+
+
+def test_both_flat_object_tests_agree() -> None:
+    if not _built():
+        pytest.skip("the C gate is not built here: only the Python test runs")
+    from voxwire._rules import python_flat_object
+    from voxwire._speedups import flat_object
+
+    answers = [(python_flat_object(v), flat_object(v)) for v in FLAT_OR_NOT]
+    assert [p for p, _ in answers] == [True, True] + [False] * 10
+    assert [c for _, c in answers] == [p for p, _ in answers]

@@ -9,9 +9,10 @@ runner share.
 from __future__ import annotations
 
 import math
+import os
 import re
 import reprlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from enum import Enum
 from typing import Any, Final
@@ -27,6 +28,7 @@ __all__ = [
     "at_least_one_of",
     "at_most_one_of",
     "exactly_one_of",
+    "flat_object",
     "free_form_problem",
     "json_equal",
     "json_value_problem",
@@ -34,6 +36,7 @@ __all__ = [
     "min_bytes",
     "min_fields",
     "not_blank",
+    "python_flat_object",
     "requires",
     "unique",
     "utf8_size",
@@ -159,6 +162,32 @@ _SCALARS: Final = frozenset({str, int, bool, type(None)})
 _ENCODE: Final = msgspec.json.Encoder().encode
 
 
+def python_flat_object(value: object) -> bool:
+    """Whether ``value`` is a dict of str keys whose values are all str, int, bool or None
+    (exact types): a free-form object one level deep, with nothing in it to check."""
+    if type(value) is not dict:
+        return False
+    for key, child in value.items():
+        if type(key) is not str or type(child) not in _SCALARS:
+            return False
+    return True
+
+
+def _flat_object_test() -> Callable[[object], bool]:
+    """The C ``flat_object`` unless it was not built or ``VOXWIRE_NO_SPEEDUPS`` is set."""
+    if os.environ.get("VOXWIRE_NO_SPEEDUPS"):
+        return python_flat_object
+    try:
+        from voxwire._speedups import flat_object as built
+    except ImportError:  # not built here (no C compiler), or codegen reading this file by path
+        return python_flat_object
+    return built
+
+
+flat_object: Final = _flat_object_test()
+"""``python_flat_object``, in C where ``voxwire._speedups`` was built."""
+
+
 def free_form_problem(
     value: object, path: str, where: str, depth: int, max_depth: int
 ) -> tuple[str, str] | None:
@@ -169,12 +198,8 @@ def free_form_problem(
     level of nesting opens with ``[`` or ``{``, so a text with few of them is proof enough.
     The walk that names the place runs only when these find something.
     """
-    if type(value) is dict and depth < max_depth:
-        for key, child in value.items():
-            if type(key) is not str or type(child) not in _SCALARS:
-                break
-        else:
-            return None
+    if depth < max_depth and flat_object(value):
+        return None
     try:
         text = _ENCODE(value)
     except Exception:  # not JSON at all: named below

@@ -1,8 +1,8 @@
-# The decode gate of voxwire._codec, in C (runtime/voxwire/_speedups.c).
+# The decode gate of voxwire._codec and voxwire._rules.flat_object, in C (_speedups.c).
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Gate"]
+__all__ = ["Gate", "flat_object"]
 
 class Gate:
     def __init__(
@@ -14,3 +14,5 @@ class Gate:
         quarter: int,
     ) -> None: ...
     def __call__(self, data: Any, /) -> Any: ...
+
+def flat_object(value: object, /) -> bool: ...

@@ -18,7 +18,7 @@ from typing import Annotated, Any, ClassVar, Final, Literal, TypeAlias
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
-from voxwire._rules import JSON_SAFE_INTEGER, free_form_problem
+from voxwire._rules import JSON_SAFE_INTEGER, flat_object, free_form_problem
 from voxwire.brisvox.constants import (
     IDEMPOTENCY_KEY_LENGTH,
     MAX_COMMAND_ID_BYTES,
@@ -1514,9 +1514,10 @@ class ToolCall(EnvelopeFields, Message, tag="tool.call", kw_only=True):
         # The rules typed decoding cannot carry, checked whenever the message is built.
         # Values these tests pass obey them; the check runs for any other and names it.
         try:
-            if (
-                free_form_problem(self.arguments, "$", ".arguments", 2, MAX_NESTING_DEPTH)
-                is not None
+            if not (
+                flat_object(self.arguments)
+                or free_form_problem(self.arguments, "$", ".arguments", 2, MAX_NESTING_DEPTH)
+                is None
             ):
                 check_tool_call(self)
         except (TypeError, AttributeError):
@@ -1594,7 +1595,11 @@ class ToolResult(Message, tag="tool.result", kw_only=True):
                 and (
                     self.result is UNSET
                     or self.result is None
-                    or free_form_problem(self.result, "$", ".result", 2, MAX_NESTING_DEPTH) is None
+                    or (
+                        flat_object(self.result)
+                        or free_form_problem(self.result, "$", ".result", 2, MAX_NESTING_DEPTH)
+                        is None
+                    )
                 )
             ):
                 check_tool_result(self)

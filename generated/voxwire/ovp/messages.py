@@ -19,7 +19,7 @@ from typing import Annotated, Any, ClassVar, Final, Literal, TypeAlias
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
-from voxwire._rules import JSON_SAFE_INTEGER, free_form_problem
+from voxwire._rules import JSON_SAFE_INTEGER, flat_object, free_form_problem
 from voxwire.ovp.constants import (
     DTMF_MAX_DURATION_MS,
     DTMF_MIN_DURATION_MS,
@@ -1366,9 +1366,10 @@ class AgentToolInvoke(EnvelopeFields, Message, tag="agent.tool.invoke", kw_only=
         # The rules typed decoding cannot carry, checked whenever the message is built.
         # Values these tests pass obey them; the check runs for any other and names it.
         try:
-            if (
-                free_form_problem(self.arguments, "$", ".arguments", 2, MAX_NESTING_DEPTH)
-                is not None
+            if not (
+                flat_object(self.arguments)
+                or free_form_problem(self.arguments, "$", ".arguments", 2, MAX_NESTING_DEPTH)
+                is None
             ):
                 check_agent_tool_invoke(self)
         except (TypeError, AttributeError):
@@ -1417,7 +1418,10 @@ class AgentToolStreaming(EnvelopeFields, Message, tag="agent.tool.streaming", kw
         # The rules typed decoding cannot carry, checked whenever the message is built.
         # Values these tests pass obey them; the check runs for any other and names it.
         try:
-            if free_form_problem(self.partial, "$", ".partial", 2, MAX_NESTING_DEPTH) is not None:
+            if not (
+                flat_object(self.partial)
+                or free_form_problem(self.partial, "$", ".partial", 2, MAX_NESTING_DEPTH) is None
+            ):
                 check_agent_tool_streaming(self)
         except (TypeError, AttributeError):
             return  # a field of another type (only a constructor lets one in): encode names it
@@ -1469,7 +1473,10 @@ class AgentToolResult(EnvelopeFields, Message, tag="agent.tool.result", kw_only=
         # The rules typed decoding cannot carry, checked whenever the message is built.
         # Values these tests pass obey them; the check runs for any other and names it.
         try:
-            if free_form_problem(self.result, "$", ".result", 2, MAX_NESTING_DEPTH) is not None:
+            if not (
+                flat_object(self.result)
+                or free_form_problem(self.result, "$", ".result", 2, MAX_NESTING_DEPTH) is None
+            ):
                 check_agent_tool_result(self)
         except (TypeError, AttributeError):
             return  # a field of another type (only a constructor lets one in): encode names it
@@ -2289,7 +2296,11 @@ class ErrorEvent(EnvelopeFields, Message, tag="error", kw_only=True):
         try:
             if not (
                 self.details is UNSET
-                or free_form_problem(self.details, "$", ".details", 2, MAX_NESTING_DEPTH) is None
+                or (
+                    flat_object(self.details)
+                    or free_form_problem(self.details, "$", ".details", 2, MAX_NESTING_DEPTH)
+                    is None
+                )
             ):
                 check_error_event(self)
         except (TypeError, AttributeError):
