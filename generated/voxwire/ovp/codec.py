@@ -53,8 +53,15 @@ _CODEC: Final = JsonCodec(
     },
     field_codes={},
 )
+
+# Each sender's decode function, built once.
+_DECODERS: Final = {
+    "server": _CODEC.decoder("server"),
+    "client": _CODEC.decoder("client"),
+}
+
 # The public functions: their precise signatures are what type checkers, help() and the docs
-# read; each hands the data to the codec's function of its sender, built once.
+# read; each hands the data to its sender's decode function.
 
 
 @overload
@@ -73,7 +80,11 @@ def decode(data: bytes | str, sender: Sender) -> ServerMessage | ClientMessage |
 
     A type nobody sends, from the server, decodes to an ``UnknownMessage``.
     """
-    message: ServerMessage | ClientMessage | UnknownMessage = _CODEC.decoder(sender)(data)
+    try:
+        run = _DECODERS[sender]
+    except KeyError:
+        run = _CODEC.decoder(sender)  # raises the ValueError that names the senders
+    message: ServerMessage | ClientMessage | UnknownMessage = run(data)
     return message
 
 
