@@ -129,7 +129,10 @@ _REQUIRED_CLAIMS: Final = ("exp", "iat", "tenant_id", "session_id")
 _TOMBSTONE_S: Final = MAX_TOKEN_LIFETIME_S + 2 * TOKEN_CLOCK_LEEWAY_S
 _LOOPBACK: Final = frozenset({"127.0.0.1", "::1", "localhost"})
 # Outputs that never move one of the core's deadlines (an empty output may: a frame error).
-_NO_DEADLINE: Final = (AudioIn, ToLink)
+_OVER: Final = GatewayState.OVER
+_NO_DEADLINE: Final = (AudioIn, ToLink, Sent)
+"""Outputs that never move one of the core's deadlines: a frame in or out, an event sent (but
+session.start, which starts the 5 s cadence: start() sets the timer itself)."""
 _BINARY: Final = Opcode.BINARY  # bound once: an Enum member look-up costs a call on 3.11
 _DATA_OPCODES: Final = (Opcode.TEXT, _BINARY)
 """The first frame of a message (a continuation frame belongs to the message before it)."""
@@ -332,7 +335,9 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives):
 
     def start(self, call: CallInfo, agent: AgentConfig) -> SessionStart:
         """Send ``session.start`` (seq 0) with the call, the agent and the audio invariants."""
-        return self._sent(self._core.start(call, agent, self._clock.now()), SessionStart)
+        start = self._sent(self._core.start(call, agent, self._clock.now()), SessionStart)
+        self._set_timer()  # the 5 s events' deadlines begin
+        return start
 
     def _send(self, kind: type[ServerMessage], fields: dict[str, Any]) -> ServerMessage:
         """The one send path of every typed ``send_*`` method: one server event of ``fields``;
@@ -450,7 +455,11 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives):
 
     def _sent(self, out: list[GatewayOutput], kind: type[M]) -> M:
         self._perform(out)
-        message = next((o.message for o in out if isinstance(o, Sent)), None)
+        message = None
+        for item in out:  # the first event sent (the core puts it first)
+            if isinstance(item, Sent):
+                message = item.message
+                break
         if not isinstance(message, kind):
             assert self._core.over is not None
             raise SessionStateError(f"the session ended instead: {self._core.over.detail}")
@@ -463,6 +472,8 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives):
                 if link is not None:
                     put = perform(link, item.action, event=item.stream)
                     assert put is not Put.FULL, "the core hands out no more than the window"
+            elif isinstance(item, Sent):
+                continue  # the caller's to return
             elif isinstance(item, ClientEvent):
                 self._deliver(item.message)
             elif isinstance(item, AudioIn):
@@ -477,9 +488,13 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives):
             elif isinstance(item, SessionOver):
                 log.info("session %s is over: %s", self.session_id, item.detail)
                 self._inbox.close()
-        if out and all(isinstance(item, _NO_DEADLINE) for item in out):
-            return  # a frame in or out: no deadline moved (the audio path's hot loop)
-        self._set_timer()
+        if (
+            out
+            and all(isinstance(item, _NO_DEADLINE) for item in out)
+            and self._core.state is not _OVER
+        ):
+            return  # no deadline moved: a frame in or out, an event sent
+        self._set_timer()  # and once over, the tombstone
 
     def _stream(self, out: list[GatewayOutput]) -> None:
         """What the core streams once a link drained (mostly nothing: a drain of audio)."""
