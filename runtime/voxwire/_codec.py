@@ -10,7 +10,6 @@ the message classes' own: each runs its generated check when it is built, inside
 from __future__ import annotations
 
 import json
-import os
 import re
 import reprlib
 from collections.abc import Callable, Mapping
@@ -20,7 +19,7 @@ from typing import Any, Final, Union
 
 import msgspec
 
-from voxwire._rules import json_value_problem, written_difference
+from voxwire._rules import json_value_problem, native, written_difference
 from voxwire.errors import ProtocolError
 
 __all__ = [
@@ -104,18 +103,7 @@ def python_gate(
     return gate
 
 
-def _gate_factory() -> Callable[..., Callable[[Any], Any]]:
-    """The C gate unless it was not built or ``VOXWIRE_NO_SPEEDUPS`` is set; else the Python one."""
-    if os.environ.get("VOXWIRE_NO_SPEEDUPS"):
-        return python_gate
-    try:
-        from voxwire._speedups import Gate
-    except ImportError:
-        return python_gate
-    return Gate
-
-
-_GATE: Final = _gate_factory()
+_GATE: Final = native("Gate", python_gate)
 _ANY: Final = msgspec.json.Decoder()
 _SKIP: Final = msgspec.json.Decoder(msgspec.Raw).decode  # checks the syntax, keeps nothing
 _INDEX: Final = re.compile(r"\[\d+\]")

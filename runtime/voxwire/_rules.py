@@ -12,12 +12,14 @@ import math
 import os
 import re
 import reprlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from enum import Enum
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import msgspec
+
+T = TypeVar("T")
 
 JSON_SAFE_INTEGER: Final = 2**53 - 1
 """The bound of an integer the spec gives no range: the largest integer every JSON peer
@@ -35,6 +37,7 @@ __all__ = [
     "max_bytes",
     "min_bytes",
     "min_fields",
+    "native",
     "not_blank",
     "python_flat_object",
     "requires",
@@ -173,18 +176,21 @@ def python_flat_object(value: object) -> bool:
     return True
 
 
-def _flat_object_test() -> Callable[[object], bool]:
-    """The C ``flat_object`` unless it was not built or ``VOXWIRE_NO_SPEEDUPS`` is set."""
+def native(name: str, python: T) -> T:
+    """``voxwire._speedups``'s ``name``, the same as ``python`` in C, unless the extension was
+    not built (no C compiler at install; or codegen reading this file by path) or
+    ``VOXWIRE_NO_SPEEDUPS`` is set: then ``python``."""
     if os.environ.get("VOXWIRE_NO_SPEEDUPS"):
-        return python_flat_object
+        return python
     try:
-        from voxwire._speedups import flat_object as built
-    except ImportError:  # not built here (no C compiler), or codegen reading this file by path
-        return python_flat_object
+        from voxwire import _speedups
+    except ImportError:
+        return python
+    built: T = getattr(_speedups, name)
     return built
 
 
-flat_object: Final = _flat_object_test()
+flat_object: Final = native("flat_object", python_flat_object)
 """``python_flat_object``, in C where ``voxwire._speedups`` was built."""
 
 
