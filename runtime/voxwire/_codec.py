@@ -86,9 +86,9 @@ def python_gate(
     ``explain(exc, data)`` answers what it raises; anything else goes to ``other(data)``, which
     measures and converts it first.
 
-    ``voxwire._speedups.Gate`` is this function in C, used where it was built: it saves the
-    Python frame between the caller and msgspec (tests/test_speedups.py holds both to one
-    behaviour).
+    ``voxwire._speedups.gate`` is this function in C, used where it was built: the function it
+    returns is a C method, so no Python frame stands between the caller and msgspec
+    (tests/test_speedups.py holds both to one behaviour).
     """
 
     # type(x) rather than x.__class__: CPython specialises the call.
@@ -103,7 +103,7 @@ def python_gate(
     return gate
 
 
-_GATE: Final = native("Gate", python_gate)
+_GATE: Final = native("gate", python_gate)
 _ANY: Final = msgspec.json.Decoder()
 _SKIP: Final = msgspec.json.Decoder(msgspec.Raw).decode  # checks the syntax, keeps nothing
 _INDEX: Final = re.compile(r"\[\d+\]")

@@ -10,11 +10,9 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <stddef.h>
 
 typedef struct {
     PyObject_HEAD
-    vectorcallfunc vectorcall;
     PyObject *decode;
     PyObject *explain;
     PyObject *other;
@@ -43,53 +41,25 @@ gate_explain(Gate *self, PyObject *data)
     return result;
 }
 
+/* The sender's decode function: a method of the Gate (METH_O, the cheapest call there is). */
 static PyObject *
-gate_call(PyObject *self_, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+gate_decode(PyObject *self_, PyObject *data)
 {
     Gate *self = (Gate *)self_;
-    if (PyVectorcall_NARGS(nargsf) != 1 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))) {
-        PyErr_SetString(PyExc_TypeError, "a decoder takes one argument: the message");
-        return NULL;
-    }
-    PyObject *data = args[0];
     if (!PyUnicode_CheckExact(data) || PyUnicode_GET_LENGTH(data) > self->quarter) {
-        return PyObject_Vectorcall(self->other, args, 1, NULL);
+        return PyObject_Vectorcall(self->other, &data, 1, NULL);
     }
-    PyObject *result = PyObject_Vectorcall(self->decode, args, 1, NULL);
+    PyObject *result = PyObject_Vectorcall(self->decode, &data, 1, NULL);
     if (result != NULL || !PyErr_ExceptionMatches(PyExc_Exception)) {
         return result;
     }
     return gate_explain(self, data);
 }
 
-static PyObject *
-gate_new(PyTypeObject *cls, PyObject *args, PyObject *kwargs)
-{
-    static char *keywords[] = {"decode", "explain", "other", "quarter", NULL};
-    PyObject *decode, *explain, *other;
-    Py_ssize_t quarter;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOOn:Gate", keywords, &decode, &explain,
-                                     &other, &quarter)) {
-        return NULL;
-    }
-    if (PyTuple_GET_SIZE(args) != 0 || kwargs == NULL || PyDict_GET_SIZE(kwargs) != 4) {
-        PyErr_SetString(PyExc_TypeError, "Gate() takes decode, explain, other and quarter");
-        return NULL;
-    }
-    Gate *self = (Gate *)cls->tp_alloc(cls, 0);
-    if (self == NULL) {
-        return NULL;
-    }
-    self->vectorcall = gate_call;
-    Py_INCREF(decode);
-    self->decode = decode;
-    Py_INCREF(explain);
-    self->explain = explain;
-    Py_INCREF(other);
-    self->other = other;
-    self->quarter = quarter;
-    return (PyObject *)self;
-}
+static PyMethodDef gate_decode_def = {
+    "decode", gate_decode, METH_O,
+    PyDoc_STR("decode(data): one message of the gate's sender, or its ProtocolError."),
+};
 
 static int
 gate_traverse(Gate *self, visitproc visit, void *arg)
@@ -114,24 +84,48 @@ gate_dealloc(Gate *self)
 {
     PyObject_GC_UnTrack(self);
     gate_clear(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
+    PyObject_GC_Del(self);
 }
 
 static PyTypeObject GateType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "voxwire._speedups.Gate",
-    .tp_doc = PyDoc_STR("Gate(*, decode, explain, other, quarter)(data): decode(data) for a str "
-                        "of at most quarter characters, explain(exc, data) if that raises exc, "
-                        "other(data) for anything else."),
+    .tp_doc = PyDoc_STR("What one sender's decode function holds (made by gate())."),
     .tp_basicsize = sizeof(Gate),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_vectorcall_offset = offsetof(Gate, vectorcall),
-    .tp_call = PyVectorcall_Call,
-    .tp_new = gate_new,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_traverse = (traverseproc)gate_traverse,
     .tp_clear = (inquiry)gate_clear,
     .tp_dealloc = (destructor)gate_dealloc,
 };
+
+/* gate(*, decode, explain, other, quarter): voxwire._codec.python_gate in C. */
+static PyObject *
+gate(PyObject *module, PyObject *args, PyObject *kwargs)
+{
+    (void)module;
+    static char *keywords[] = {"decode", "explain", "other", "quarter", NULL};
+    PyObject *decode, *explain, *other;
+    Py_ssize_t quarter;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$OOOn:gate", keywords, &decode, &explain,
+                                     &other, &quarter)) {
+        return NULL;
+    }
+    Gate *self = PyObject_GC_New(Gate, &GateType);
+    if (self == NULL) {
+        return NULL;
+    }
+    Py_INCREF(decode);
+    self->decode = decode;
+    Py_INCREF(explain);
+    self->explain = explain;
+    Py_INCREF(other);
+    self->other = other;
+    self->quarter = quarter;
+    PyObject_GC_Track(self);
+    PyObject *function = PyCFunction_New(&gate_decode_def, (PyObject *)self);
+    Py_DECREF(self);
+    return function;
+}
 
 /* flat_object(value): whether value is a dict whose keys are all str and whose values are
  * all str, int, bool or None (exact types): voxwire._rules.flat_object in C. */
@@ -157,6 +151,10 @@ flat_object(PyObject *module, PyObject *value)
 }
 
 static PyMethodDef speedups_methods[] = {
+    {"gate", (PyCFunction)(void (*)(void))gate, METH_VARARGS | METH_KEYWORDS,
+     PyDoc_STR("gate(*, decode, explain, other, quarter): a sender's decode function: "
+               "decode(data) for a str of at most quarter characters, explain(exc, data) if "
+               "that raises exc, other(data) for anything else.")},
     {"flat_object", flat_object, METH_O,
      PyDoc_STR("flat_object(value): a dict of str keys whose values are all str, int, bool or "
                "None.")},
@@ -177,15 +175,5 @@ PyInit__speedups(void)
     if (PyType_Ready(&GateType) < 0) {
         return NULL;
     }
-    PyObject *module = PyModule_Create(&speedups_module);
-    if (module == NULL) {
-        return NULL;
-    }
-    Py_INCREF(&GateType);
-    if (PyModule_AddObject(module, "Gate", (PyObject *)&GateType) < 0) {
-        Py_DECREF(&GateType);
-        Py_DECREF(module);
-        return NULL;
-    }
-    return module;
+    return PyModule_Create(&speedups_module);
 }

@@ -2,17 +2,13 @@
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Gate", "flat_object"]
+__all__ = ["flat_object", "gate"]
 
-class Gate:
-    def __init__(
-        self,
-        *,
-        decode: Callable[[str], Any],
-        explain: Callable[[Exception, Any], Any],
-        other: Callable[[Any], Any],
-        quarter: int,
-    ) -> None: ...
-    def __call__(self, data: Any, /) -> Any: ...
-
+def gate(
+    *,
+    decode: Callable[[str], Any],
+    explain: Callable[[Exception, Any], Any],
+    other: Callable[[Any], Any],
+    quarter: int,
+) -> Callable[[Any], Any]: ...
 def flat_object(value: object, /) -> bool: ...
