@@ -152,7 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     resume: Resume | None = None
     cluster: Cluster | None = None
     if not args.no_transport:
-        levels, seconds = ([10, 25], 1.0) if args.quick else ([25, 50, 100, 150, 200, 300], 3.0)
+        levels, seconds = (
+            ([10, 25], 1.0) if args.quick else ([25, 50, 100, 150, 200, 300, 400], 3.0)
+        )
         transport = run_transport_benchmarks(levels, seconds, shared_pacer=args.pacer == "shared")
         print(_transport_table(transport, seconds, args.pacer))
         gateway, echo = sustained(transport["ovp"]), sustained(transport["echo"])
