@@ -26,8 +26,10 @@ class SpeedupsHook(BuildHookInterface):  # type: ignore[type-arg]
         if self.target_name != "wheel" or os.environ.get("VOXWIRE_NO_SPEEDUPS"):
             return
         root = Path(self.root)
-        into = root / "runtime" if version == "editable" else Path(tempfile.mkdtemp())
-        built = _compile(root / SOURCE, into)
+        self._scratch = tempfile.TemporaryDirectory(prefix="voxwire-speedups-")
+        scratch = Path(self._scratch.name)
+        into = root / "runtime" if version == "editable" else scratch / "lib"
+        built = _compile(root / SOURCE, into, scratch / "temp")
         if built is None:
             print(
                 "voxwire: the C gate did not build; the decoders use the Python one",
@@ -39,8 +41,13 @@ class SpeedupsHook(BuildHookInterface):  # type: ignore[type-arg]
         if version != "editable":
             build_data["force_include"][str(built)] = f"voxwire/{built.name}"
 
+    def finalize(self, version: str, build_data: dict[str, Any], artifact_path: str) -> None:
+        scratch = getattr(self, "_scratch", None)
+        if scratch is not None:  # the wheel holds the extension now
+            scratch.cleanup()
 
-def _compile(source: Path, into: Path) -> Path | None:
+
+def _compile(source: Path, into: Path, temp: Path) -> Path | None:
     """The extension built into ``into`` (as its package's folder tree), or ``None``."""
     from setuptools import Distribution, Extension
     from setuptools.command.build_ext import build_ext
@@ -48,7 +55,7 @@ def _compile(source: Path, into: Path) -> Path | None:
     extension = Extension(MODULE, [str(source)], optional=True)
     command = build_ext(Distribution({"name": "voxwire", "ext_modules": [extension]}))
     command.build_lib = str(into)
-    command.build_temp = tempfile.mkdtemp()
+    command.build_temp = str(temp)
     command.ensure_finalized()
     command.run()
     return next((Path(p) for p in command.get_outputs() if Path(p).is_file()), None)
