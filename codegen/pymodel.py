@@ -13,7 +13,7 @@ import struct
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Final
 
 from codegen import names
 from codegen.ir import (
@@ -564,19 +564,12 @@ class _Builder:
         if element.kind == "struct" and element.struct is not None and self._needs(element.struct):
             return None
         if f.type.kind in ("array", "map"):
-            rules = (f.not_blank, f.min_bytes is not None, f.max_bytes is not None)
-            if element.kind == "string" and any(rules):
+            if element.kind == "string" and _text_rules(f):
                 return None
             return [_or_absent(f, value, f"len({value}) < 2")] if f.unique_by else []
         if element.kind != "string" or f.has_const:
             return []
-        tests = []
-        if f.not_blank:
-            tests.append(f"{value} and not {value}.isspace()")
-        if f.min_bytes is not None:
-            tests.append(f"len({value}) >= {_bound(f.min_bytes)}")
-        if f.max_bytes is not None:
-            tests.append(f"len({value}) * 4 <= {_bound(f.max_bytes)}")
+        tests = [_INLINE[rule].format(v=value, bound=bound) for rule, bound in _text_rules(f)]
         return [_or_absent(f, value, " and ".join(tests))] if tests else []
 
     def _fast_rule(self, fields: tuple[Field, ...], r: Rule) -> str:
@@ -685,12 +678,9 @@ class _Builder:
         calls: list[str] = []
         element = f.type.element
         if element.kind == "string" and not f.has_const:
-            if f.not_blank:
-                calls.append(f"{self._rule('not_blank')}({value})")
-            if f.min_bytes is not None:
-                calls.append(f"{self._rule('min_bytes')}({value}, {_bound(f.min_bytes)})")
-            if f.max_bytes is not None:
-                calls.append(f"{self._rule('max_bytes')}({value}, {_bound(f.max_bytes)})")
+            for rule, bound in _text_rules(f):
+                arguments = value if bound is None else f"{value}, {bound}"
+                calls.append(f"{self._rule(rule)}({arguments})")
         if calls:
             return self._chain([], calls, invalid, where)
         if element.kind == "struct" and element.struct is not None and self._needs(element.struct):
@@ -750,6 +740,27 @@ class _Builder:
         for m in self.p.messages:
             walk(m.fields, m.type, "$", ())
         return out
+
+
+def _text_rules(f: Field) -> list[tuple[str, str | None]]:
+    """The value rules of a text field (or of each text item), each with its bound if it has
+    one, in the order the checks apply them."""
+    rules: list[tuple[str, str | None]] = []
+    if f.not_blank:
+        rules.append(("not_blank", None))
+    if f.min_bytes is not None:
+        rules.append(("min_bytes", _bound(f.min_bytes)))
+    if f.max_bytes is not None:
+        rules.append(("max_bytes", _bound(f.max_bytes)))
+    return rules
+
+
+_INLINE: Final = {
+    "not_blank": "{v} and not {v}.isspace()",
+    "min_bytes": "len({v}) >= {bound}",  # a character is at least 1 UTF-8 byte
+    "max_bytes": "len({v}) * 4 <= {bound}",  # and at most 4
+}
+"""Each text rule's inline test (``PyClass.check_when``), true only where the rule holds."""
 
 
 def _or_absent(f: Field, value: str, test: str) -> str:
