@@ -191,6 +191,21 @@ def test_a_str_message_counts_utf8_bytes_not_characters() -> None:
     assert brisvox_code(wire(type="say", text="hi", pad=pad + EURO).decode()) == "too_large"
 
 
+@pytest.mark.parametrize("pad_char", ["x", CLEF])
+def test_a_str_at_and_past_a_quarter_of_the_bound_gets_one_answer(pad_char: str) -> None:
+    # decode sends a str of at most a quarter of the bound (in characters) straight to msgspec
+    # (at 4 UTF-8 bytes a character it cannot be over the bound); one character more takes the
+    # path that measures it. Both answer as the bytes of the same message do.
+    quarter = brisvox.MAX_MESSAGE_BYTES // 4
+    base = wire(type="say", text="hi", pad="").decode()
+    for size in (quarter, quarter + 1):
+        text = wire(type="say", text="hi", pad=pad_char * (size - len(base))).decode()
+        assert len(text) == size
+        message = brisvox.decode(text, sender="agent")
+        assert message == brisvox.decode(text.encode(), sender="agent")
+        assert message.type == "say" and message.text == "hi"
+
+
 @pytest.mark.parametrize(
     ("data", "sender", "code"),
     [
