@@ -4,11 +4,13 @@ with everything else, and a failure there taking the link down visibly."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
 import logging
 import struct
 import weakref
+from collections.abc import AsyncIterator
 
 import pytest
 from websockets.asyncio.client import ClientConnection
@@ -132,9 +134,12 @@ def test_bad_frames_parsed_together_with_good_ones_are_refused_and_counted() -> 
     assert kinds(got) == [("frame", 0), ("frame", 1)]
 
 
-def test_a_failure_on_the_audio_path_takes_the_link_down_visibly(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
+@contextlib.asynccontextmanager
+async def a_session_past_its_first_frame() -> AsyncIterator[
+    tuple[ClientConnection, GatewaySession]
+]:
+    """A client and its session on a gateway whose application collects all it gets (waiting on
+    its iteration all along), once the session's first frame was delivered."""
     sessions: list[GatewaySession] = []
     got: list[Item] = []
 
@@ -142,13 +147,19 @@ def test_a_failure_on_the_audio_path_takes_the_link_down_visibly(
         sessions.append(session)
         await collecting(got)(session)
 
+    async with serving(handler) as gateway:
+        ws = await raw_connect(endpoint(gateway))
+        assert (await next_event(ws))["type"] == "session.start"
+        await ws.send(frame(0))
+        await eventually(lambda: len(got) == 1)
+        yield ws, sessions[0]
+
+
+def test_a_failure_on_the_audio_path_takes_the_link_down_visibly(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     async def main() -> None:
-        async with serving(handler) as gateway:
-            ws = await raw_connect(endpoint(gateway))
-            assert (await next_event(ws))["type"] == "session.start"
-            await ws.send(frame(0))
-            await eventually(lambda: len(got) == 1)
-            session = sessions[0]
+        async with a_session_past_its_first_frame() as (ws, session):
 
             def broken(link: int, data: object, now: float) -> list[GatewayOutput]:
                 raise RuntimeError("injected")
@@ -201,20 +212,8 @@ def test_what_the_application_sends_for_a_frame_leaves_in_one_write_as_it_waits_
 
 
 def test_a_dropped_connection_is_let_go_while_the_session_waits_for_its_resume() -> None:
-    sessions: list[GatewaySession] = []
-    got: list[Item] = []
-
-    async def handler(session: GatewaySession) -> None:
-        sessions.append(session)
-        await collecting(got)(session)  # waits on its iteration all along
-
     async def main() -> None:
-        async with serving(handler) as gateway:
-            ws = await raw_connect(endpoint(gateway))
-            assert (await next_event(ws))["type"] == "session.start"
-            await ws.send(frame(0))
-            await eventually(lambda: len(got) == 1)
-            session = sessions[0]
+        async with a_session_past_its_first_frame() as (ws, session):
             [link] = session._links.values()
             gone = weakref.ref(link), weakref.ref(link.ws)
             del link
