@@ -2,10 +2,11 @@
 
 Everything the TypeScript side needs comes from npm, installed by the tests themselves into the
 gitignored ``.cache/node-tools`` (pinned versions, once per machine, under a file lock so parallel
-test processes do not race): the compiler, Node's types, ``ws`` and Ajv. ``packed()`` builds the
-package in ``generated/typescript`` as a user would get it (``npm pack``, which compiles it) and
-``consumer()`` installs that tarball into a fresh project, with a ``tsconfig.json`` in strict mode
-(``strict``, ``exactOptionalPropertyTypes``, ``noUncheckedIndexedAccess``).
+test processes do not race): the compiler, Node's types, ``ws``, Ajv and the package linters
+``attw`` and ``publint``. ``packed()`` builds the package in ``generated/typescript`` as a user
+would get it (``npm pack``, which compiles it) and ``consumer()`` installs that tarball into a
+fresh project, with a ``tsconfig.json`` in strict mode (``strict``,
+``exactOptionalPropertyTypes``, ``noUncheckedIndexedAccess``).
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ TOOL_VERSIONS = {
     "ws": "8.23.0",
     "@types/ws": "8.18.2",
     "ajv": "8.20.0",
+    "@arethetypeswrong/cli": "0.18.5",
+    "publint": "0.3.25",
 }
 """What the tests install from npm, pinned (the compiler's version is the package's own pin)."""
 STRICT = {

@@ -24,6 +24,7 @@ from codegen.templating import constant_groups
 from codegen.typescript import names as ts
 from codegen.typescript.package import (
     PACKAGE_VERSION,
+    ROOT_DIR,
     TYPES_NODE_VERSION,
     TYPESCRIPT_VERSION,
     package_files,
@@ -39,8 +40,6 @@ __all__ = [
     "render_package",
 ]
 
-ROOT_DIR = "generated/typescript"
-"""Where the package is written, relative to the repository root; every file in it is generated."""
 STATIC = Path(__file__).parent / "static"
 _TEMPLATES = jinja2.Environment(
     loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),

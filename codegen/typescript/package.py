@@ -27,11 +27,14 @@ __all__ = [
     "CLIENT_MODULE",
     "NODE_ENGINES",
     "PACKAGE_VERSION",
+    "ROOT_DIR",
     "TYPESCRIPT_VERSION",
     "TYPES_NODE_VERSION",
     "package_files",
 ]
 
+ROOT_DIR = "generated/typescript"
+"""Where the package is written, relative to the repository root; every file in it is generated."""
 PACKAGE_VERSION = "0.1.0"
 """The npm package's version: the Python package's (tests/test_typescript.py holds them equal)."""
 TYPESCRIPT_VERSION = "5.9.3"
@@ -98,7 +101,7 @@ def _package_json(
         "repository": {
             "type": "git",
             "url": "git+" + urls["Repository"],
-            "directory": "generated/typescript",
+            "directory": ROOT_DIR,
         },
         "license": project["license"],
         "author": ", ".join(a["name"] for a in project["authors"]),
