@@ -1,11 +1,14 @@
-"""The package as users get it: a built wheel in a fresh venv imports like the editable install."""
+"""The package as users get it: a built wheel in a fresh venv imports like the editable install,
+and the wheel and the sdist pass ``twine check --strict`` with the LICENSE inside."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+import tarfile
 import venv
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -51,13 +54,15 @@ def _probe(python: str | Path) -> dict[str, object]:
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sdist and the wheel, built once for the module, from the checkout."""
     out = tmp_path_factory.mktemp("dist")
     subprocess.run(
         [
             sys.executable,
             "-m",
             "build",
+            "--sdist",
             "--wheel",
             "--no-isolation",
             "--outdir",
@@ -68,7 +73,18 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         capture_output=True,
         timeout=300,
     )
-    [built] = out.glob("voxwire-*.whl")
+    return out
+
+
+@pytest.fixture(scope="module")
+def wheel(dist: Path) -> Path:
+    [built] = dist.glob("voxwire-*.whl")
+    return built
+
+
+@pytest.fixture(scope="module")
+def sdist(dist: Path) -> Path:
+    [built] = dist.glob("voxwire-*.tar.gz")
     return built
 
 
@@ -100,13 +116,27 @@ def test_wheel_in_a_fresh_venv_imports_like_the_editable_install(
 
 
 def test_wheel_holds_one_package_and_nothing_else(wheel: Path) -> None:
-    import zipfile
-
     names = zipfile.ZipFile(wheel).namelist()
     tops = {name.split("/")[0] for name in names}
     assert {t for t in tops if not t.endswith(".dist-info")} == {"voxwire"}
     assert "voxwire/brisvox/schema.json" in names and "voxwire/_codec.py" in names
     assert not [n for n in names if "__pycache__" in n or n.startswith(("codegen/", "tests/"))]
+
+
+def test_twine_passes_both_and_both_carry_the_license(wheel: Path, sdist: Path) -> None:
+    command = [sys.executable, "-m", "twine", "check", "--strict", str(wheel), str(sdist)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("PASSED") == 2, done.stdout
+    license_text = (ROOT / "LICENSE").read_bytes()
+    with zipfile.ZipFile(wheel) as archive:
+        [info] = [n for n in archive.namelist() if n.endswith(".dist-info/licenses/LICENSE")]
+        assert archive.read(info) == license_text
+        metadata = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        assert "License-File: LICENSE" in archive.read(metadata).decode()
+    with tarfile.open(sdist) as archive:
+        member = archive.extractfile(f"{sdist.name.removesuffix('.tar.gz')}/LICENSE")
+        assert member is not None and member.read() == license_text
 
 
 # What a user writes from the README and the guides: the generated names, the runtime's
