@@ -78,14 +78,14 @@ def run(command: list[str], cwd: Path, timeout: float = 300) -> subprocess.Compl
 
 
 def node() -> str:
-    """The node binary (Node 20 or later), or skip."""
+    """The node binary (Node 20.19 or later: the package's ``engines``), or skip."""
     found = shutil.which("node")
     if found is None or shutil.which("npm") is None:
         pytest.skip("node and npm are not installed (apt-get install nodejs npm)")
     version = subprocess.run([found, "--version"], capture_output=True, text=True, check=True)
-    major = int(version.stdout.strip().lstrip("v").split(".")[0])
-    if major < 20:
-        pytest.skip(f"node {version.stdout.strip()} is older than 20")
+    major, minor = (int(part) for part in version.stdout.strip().lstrip("v").split(".")[:2])
+    if (major, minor) < (20, 19):
+        pytest.skip(f"node {version.stdout.strip()} is older than 20.19 (the package's engines)")
     return found
 
 
