@@ -6,7 +6,8 @@ the spec's rules as data for the shared codec, ``decode``/``encode`` overloaded 
 the frame codec. The hand-written TypeScript (the strict JSON reader, the codec, the OVP client,
 the conformance testee) is copied from ``codegen/typescript/static``. Output is deterministic
 (stable order, no timestamps) and every file is checked for balanced brackets before it is
-returned; the test suite compiles it with ``tsc --strict``.
+returned; the test suite compiles it with ``tsc --strict``. The package's own files (package.json,
+README, LICENSE) come from :mod:`codegen.typescript.package`.
 """
 
 from __future__ import annotations

@@ -65,6 +65,7 @@ def package_files(
             generated=generated,
             engines=NODE_ENGINES,
             license=project["license"],
+            homepage=project["urls"]["Homepage"],
         ),
         "LICENSE": (root / "LICENSE").read_text(encoding="utf-8"),
     }
