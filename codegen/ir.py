@@ -242,6 +242,8 @@ class Message:
     """The one field set the message's shared fields come from (its base class), if one."""
     stamped: bool
     """The sending end's core builds and sends it whole: no typed send method."""
+    session: str | None = None
+    """Its part in the session (``start``, ``resume``...: the format's ``session``), if one."""
 
     @property
     def own_fields(self) -> tuple[Field, ...]:
@@ -453,6 +455,7 @@ class _Resolver:
             for i, m in enumerate(data["messages"])
         )
         self._unique([m.type for m in messages], ("messages",), "message type", "type")
+        self._check_session_roles(messages)
         # Messages against each other and against enums and types (duplicate message types and
         # type names are reported above, so each counts once here).
         classes: list[tuple[str, PathT]] = []
@@ -615,6 +618,27 @@ class _Resolver:
                 self.fail(where, f"duplicate {what} {value!r}{suffix}")
             else:
                 seen[value] = index
+
+    def _check_session_roles(self, messages: tuple[Message, ...]) -> None:
+        """A session role belongs to one message of one sender; ``event`` to one of each sender."""
+        with_role = [(i, m) for i, m in enumerate(messages) if m.session is not None]
+        self._unique(
+            [
+                f"{m.session} (of {m.senders[0]})" if m.session == "event" else m.session or ""
+                for _, m in with_role
+            ],
+            ("messages",),
+            "session role",
+            None,
+            [("messages", i, "session") for i, _ in with_role],
+        )
+        for i, m in with_role:
+            if len(m.senders) != 1:
+                self.fail(
+                    ("messages", i, "session"),
+                    f"a message with session role {m.session!r} has one sender, not "
+                    f"{len(m.senders)}",
+                )
 
     def _code(self, code: str | None, path: PathT) -> None:
         if code is not None and code not in self.error_codes:
@@ -1047,6 +1071,7 @@ class _Resolver:
         return Message(
             base=base,
             stamped=m.get("stamped", False),
+            session=m.get("session"),
             type=m["type"],
             class_name=m.get("name") or names.class_name(m["type"]),
             senders=tuple(m["senders"]),

@@ -93,8 +93,7 @@ def load(path: Path, display: str | None = None, schema: Path = FORMAT_SCHEMA) -
         raise SpecError([problem]) from None
     problems: list[Problem] = []
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        node, data = _parse(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         line = mark.line + 1 if mark is not None else 1
@@ -123,6 +122,26 @@ def load(path: Path, display: str | None = None, schema: Path = FORMAT_SCHEMA) -
     if problems:
         raise SpecError(problems)
     return raw
+
+
+def _parse(text: str) -> tuple[yaml.Node | None, Any]:
+    """The YAML's node tree (for line numbers) and its data, parsed once: by libyaml where PyYAML
+    has it (ten times faster); a problem is reported by the pure-Python parser, which says most."""
+    if yaml.__with_libyaml__:
+        try:
+            return _parse_with(yaml.CSafeLoader, text)
+        except yaml.YAMLError:
+            pass
+    return _parse_with(yaml.SafeLoader, text)
+
+
+def _parse_with(loader_class: Any, text: str) -> tuple[yaml.Node | None, Any]:
+    loader = loader_class(text)
+    try:
+        node = loader.get_single_node()
+        return node, None if node is None else loader.construct_document(node)
+    finally:
+        loader.dispose()
 
 
 @cache

@@ -19,10 +19,11 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from codegen import names
 from codegen.ir import Protocol
+from codegen.loader import Problem, SpecError
 from codegen.render import Output
 
 __all__ = ["FORMAT", "build_sessions", "render_sessions", "session_outputs"]
@@ -31,6 +32,7 @@ FORMAT: Final = 1
 _EPOCH: Final = datetime(2026, 5, 14, 15, 0, 0, tzinfo=UTC)
 """The wall-clock time of ``t == 0`` in every OVP case."""
 OVP_SESSION_ID: Final = "ovps_01HZK3M8Q2W7R4T6Y9B1C5D8E0"
+_T = TypeVar("_T")
 
 
 def session_outputs(protocol: Protocol) -> list[Output]:
@@ -113,27 +115,73 @@ def _replay(seqs: list[int]) -> dict[str, Any]:
 
 
 class _Builder:
+    """What every case is built from: the spec's examples, constants, codes and decisions, and
+    its messages by their session role (the format's ``session``), never by a name."""
+
     def __init__(self, protocol: Protocol) -> None:
         self.p = protocol
         self.examples = {m.type: m.examples[0].json for m in protocol.messages}
+        self.roles = {m.session: m for m in protocol.messages if m.session is not None}
         self.constants = {c.name: c.value for c in protocol.constants}
-        self.errors = {e.code for e in protocol.errors}
+        self.errors = {e.code: e.code for e in protocol.errors}
         self.closes = {c.name: c.code for c in protocol.close_codes}
-        self.decisions = {d.id for d in protocol.decisions}
+        self.decisions = {d.id: f"{protocol.spec_file} decision {d.id}" for d in protocol.decisions}
+
+    def need(self, kind: str, items: dict[str, _T], name: str) -> _T:
+        """An item of the spec a case is built on; its absence is a problem of the spec."""
+        if name not in items:
+            raise SpecError(
+                [
+                    Problem(
+                        self.p.spec_file,
+                        1,
+                        kind,
+                        f"the session vectors (codegen/sessions.py) need {kind} {name!r}",
+                    )
+                ]
+            )
+        return items[name]
 
     def cite(self, decision: str) -> str:
-        """A case's source: a decision of the spec, which must exist."""
-        if decision not in self.decisions:
-            raise ValueError(f"{self.p.spec_file} has no decision {decision!r}")
-        return f"{self.p.spec_file} decision {decision}"
+        """A case's source: a decision of the spec."""
+        return self.need("decisions", self.decisions, decision)
 
     def code(self, code: str) -> str:
-        if code not in self.errors:
-            raise ValueError(f"{self.p.spec_file} has no error code {code!r}")
-        return code
+        return self.need("errors", self.errors, code)
+
+    def close(self, name: str) -> int:
+        return self.need("close_codes", self.closes, name)
+
+    def constant(self, name: str) -> Any:
+        return self.need("constants", self.constants, name)
+
+    def role(self, role: str) -> str | None:
+        """The type of the message with session role ``role``, if the spec has one."""
+        message = self.roles.get(role)
+        return None if message is None else message.type
+
+    def sender(self, role: str) -> str | None:
+        """Who sends the message with session role ``role``."""
+        message = self.roles.get(role)
+        return None if message is None else message.senders[0]
+
+    def event(self, sender: str | None) -> str | None:
+        """The ordinary event of ``sender`` (session role ``event``): the cases' traffic."""
+        return next(
+            (m.type for m in self.p.messages if m.session == "event" and m.senders == (sender,)),
+            None,
+        )
 
 
 class _OVP(_Builder):
+    def __init__(self, protocol: Protocol) -> None:
+        super().__init__(protocol)
+        self.server = self.sender("start")
+        self.client = next((s.id for s in protocol.senders if s.id != self.server), None)
+        self.start = self.role("start")
+        self.server_event = self.event(self.server)
+        self.client_event = self.event(self.client)
+
     def message(self, sender: str, kind: str, seq: int, t: float, **fields: Any) -> dict[str, Any]:
         body = {
             **self.examples[kind],
@@ -149,59 +197,76 @@ class _OVP(_Builder):
         return _Case(self.p, name, side, source)
 
     def started(self, name: str, source: str, events: int = 0) -> _Case:
-        """A gateway case: session.start (seq 0) and ``events`` more server events at t=0.1."""
+        """A gateway case: the start (seq 0) and ``events`` more server events at t=0.1."""
+        assert self.server and self.start and self.server_event
         case = self.case(name, "gateway", source)
-        case.step(self.message("server", "session.start", 0, 0.0), SENT)
+        case.step(self.message(self.server, self.start, 0, 0.0), SENT)
         for seq in range(1, events + 1):
-            case.step(self.message("server", "agent.thinking", seq, 0.1), SENT)
+            case.step(self.message(self.server, self.server_event, seq, 0.1), SENT)
         return case
 
-    def client(
+    def input(self, case: _Case, seq: int, t: float, verdict: dict[str, Any]) -> _Case:
+        """The client's ordinary event."""
+        assert self.client_event is not None
+        return self.send(case, self.client_event, seq, t, verdict)
+
+    def send(
         self, case: _Case, kind: str, seq: int, t: float, verdict: dict[str, Any], **f: Any
     ) -> _Case:
-        return case.step(self.message("client", kind, seq, t, **f), verdict)
+        assert self.client is not None
+        return case.step(self.message(self.client, kind, seq, t, **f), verdict)
 
     def cases(self) -> Iterator[dict[str, Any]]:
+        if not (self.start and self.server_event and self.client_event):
+            return
         regression = self.code("OVP_SEQ_REGRESSION")
-        expired = self.code("OVP_RESUME_EXPIRED")
-        policy = self.closes["policy"]
-        window = self.constants["resume_window_ms"] / 1000
 
         case = self.started("handshake", self.cite("first-seq-is-zero"))
-        self.client(case, "agent.input", 0, 0.2, ACCEPTED)
-        self.client(case, "dtmf.send", 1, 0.3, ACCEPTED)
+        self.input(case, 0, 0.2, ACCEPTED)
+        self.input(case, 1, 0.3, ACCEPTED)
         yield case.done()
 
         for name, seq in (("equal", 1), ("lower", 0)):
             case = self.started(f"seq-regression-{name}", self.cite("equal-seq-is-regression"))
-            self.client(case, "agent.input", 0, 0.2, ACCEPTED)
-            self.client(case, "agent.input", 1, 0.3, ACCEPTED)
-            self.client(case, "agent.input", seq, 0.4, _error(regression))
-            self.client(case, "agent.input", 2, 0.5, ACCEPTED)  # the regression had no effect
+            self.input(case, 0, 0.2, ACCEPTED)
+            self.input(case, 1, 0.3, ACCEPTED)
+            self.input(case, seq, 0.4, _error(regression))
+            self.input(case, 2, 0.5, ACCEPTED)  # the regression had no effect
             yield case.done()
 
         case = self.started("seq-gap-accepted", self.cite("seq-gaps-allowed"))
-        self.client(case, "agent.input", 0, 0.2, ACCEPTED)
-        self.client(case, "agent.input", 7, 0.3, ACCEPTED)
+        self.input(case, 0, 0.2, ACCEPTED)
+        self.input(case, 7, 0.3, ACCEPTED)
         yield case.done()
 
         case = self.started("direction-violation", self.cite("unknown-client-types-rejected"))
-        self.client(
-            case, "agent.output", 0, 0.2, _error(self.code("OVP_EVENT_DIRECTION_VIOLATION"))
-        )
-        self.client(case, "agent.input", 1, 0.3, ACCEPTED)
+        wrong = self.code("OVP_EVENT_DIRECTION_VIOLATION")
+        self.send(case, self.server_event, 0, 0.2, _error(wrong))
+        self.input(case, 1, 0.3, ACCEPTED)
         yield case.done()
 
-        # Resume: three events after session.start; the client saw up to seq 1.
+        yield from self.resume_cases()
+        yield from self.client_cases()
+
+    def resume_cases(self) -> Iterator[dict[str, Any]]:
+        resume = self.role("resume")
+        if resume is None:
+            return
+        regression = self.code("OVP_SEQ_REGRESSION")
+        expired = self.code("OVP_RESUME_EXPIRED")
+        policy = self.close("policy")
+        window = self.constant("resume_window_ms") / 1000
+
+        # Resume: three events after the start; the client saw up to seq 1.
         for name, after, verdict in (
             ("resume-at-the-window", window, _replay([2, 3])),
             ("resume-inside-the-window", window - 0.001, _replay([2, 3])),
             ("resume-outside-the-window", window + 0.001, _error(expired, policy)),
         ):
             case = self.started(name, self.cite("resume-window-boundary"), events=3)
-            self.client(case, "agent.input", 0, 0.2, ACCEPTED)
+            self.input(case, 0, 0.2, ACCEPTED)
             case.link(1.0, "lost").link(1.0 + after, "open")
-            self.client(case, "session.resume", 1, 1.0 + after, verdict, last_server_seq=1)
+            self.send(case, resume, 1, 1.0 + after, verdict, last_server_seq=1)
             yield case.done()
 
         for name, last, verdict in (
@@ -210,92 +275,110 @@ class _OVP(_Builder):
             ("replay-beyond-what-was-sent", 4, _error(expired, policy)),
         ):
             case = self.started(name, self.cite("seq-spans-reconnects"), events=3)
-            self.client(case, "agent.input", 0, 0.2, ACCEPTED)
+            self.input(case, 0, 0.2, ACCEPTED)
             case.link(1.0, "lost").link(2.0, "open")
-            self.client(case, "session.resume", 1, 2.0, verdict, last_server_seq=last)
+            self.send(case, resume, 1, 2.0, verdict, last_server_seq=last)
             yield case.done()
 
         # The replay buffer keeps events for replay_buffer_max_age_ms: a resume that needs an
         # older one is refused, inside the window though it is.
-        max_age = self.constants["replay_buffer_max_age_ms"] / 1000
+        max_age = self.constant("replay_buffer_max_age_ms") / 1000
         for name, lost, verdict in (
             ("replay-of-events-at-the-age-bound", max_age - 1.0, _replay([2, 3])),
             ("replay-of-events-past-the-age-bound", max_age + 1.0, _error(expired, policy)),
         ):
             case = self.started(name, self.cite("resume-window-boundary"), events=3)
-            self.client(case, "agent.input", 0, 0.2, ACCEPTED)
+            self.input(case, 0, 0.2, ACCEPTED)
             case.link(lost, "lost").link(lost + 0.9, "open")
-            self.client(case, "session.resume", 1, lost + 0.9, verdict, last_server_seq=1)
+            self.send(case, resume, 1, lost + 0.9, verdict, last_server_seq=1)
             yield case.done()
 
         case = self.started("resume-seq-regression", self.cite("seq-spans-reconnects"), events=1)
-        self.client(case, "agent.input", 0, 0.2, ACCEPTED)
-        self.client(case, "agent.input", 1, 0.3, ACCEPTED)
+        self.input(case, 0, 0.2, ACCEPTED)
+        self.input(case, 1, 0.3, ACCEPTED)
         case.link(1.0, "lost").link(2.0, "open")
-        self.client(case, "session.resume", 1, 2.0, _error(regression, policy), last_server_seq=1)
+        self.send(case, resume, 1, 2.0, _error(regression, policy), last_server_seq=1)
         yield case.done()
 
-        case = self.started("resume-after-the-end", self.cite("ended-session-id-taken"), events=1)
-        self.client(case, "agent.input", 0, 0.2, ACCEPTED)
-        case.step(self.message("server", "session.end", 2, 0.5), SENT)
-        # The session's id is taken: the connection is refused before it says anything.
-        case.link(0.6, "closed").step({"t": 1.0, "link": "open"}, _error(expired, policy))
-        self.client(case, "session.resume", 1, 1.0, IGNORED, last_server_seq=2)
-        yield case.done()
-
-        yield from self.client_cases()
+        end = self.role("end")
+        if end is not None and self.server is not None:
+            case = self.started(
+                "resume-after-the-end", self.cite("ended-session-id-taken"), events=1
+            )
+            self.input(case, 0, 0.2, ACCEPTED)
+            case.step(self.message(self.server, end, 2, 0.5), SENT)
+            # The session's id is taken: the connection is refused before it says anything.
+            case.link(0.6, "closed").step({"t": 1.0, "link": "open"}, _error(expired, policy))
+            self.send(case, resume, 1, 1.0, IGNORED, last_server_seq=2)
+            yield case.done()
 
     def client_cases(self) -> Iterator[dict[str, Any]]:
+        assert self.server and self.start and self.server_event
         invalid = self.code("OVP_EVENT_SCHEMA_INVALID")
-        protocol_error = self.closes["protocol_error"]
+        protocol_error = self.close("protocol_error")
+        start, event, sender = self.start, self.server_event, self.server
 
         def server(case: _Case, kind: str, seq: int, t: float, verdict: dict[str, Any]) -> None:
-            case.step(self.message("server", kind, seq, t), verdict)
+            case.step(self.message(sender, kind, seq, t), verdict)
 
         case = self.case("handshake", "client", self.cite("first-seq-is-zero"))
-        server(case, "session.start", 0, 0.0, ACCEPTED)
-        self.client(case, "agent.input", 0, 0.1, SENT)
-        server(case, "agent.thinking", 1, 0.2, ACCEPTED)
+        server(case, start, 0, 0.0, ACCEPTED)
+        self.input(case, 0, 0.1, SENT)
+        server(case, event, 1, 0.2, ACCEPTED)
         yield case.done()
 
         case = self.case("start-not-seq-zero", "client", self.cite("first-seq-is-zero"))
-        server(case, "session.start", 1, 0.0, _error(invalid, protocol_error))
+        server(case, start, 1, 0.0, _error(invalid, protocol_error))
         yield case.done()
 
         case = self.case("event-before-start", "client", self.cite("first-seq-is-zero"))
-        server(case, "agent.thinking", 0, 0.0, _error(invalid, protocol_error))
+        server(case, event, 0, 0.0, _error(invalid, protocol_error))
         yield case.done()
 
         case = self.case("duplicate-server-seq", "client", self.cite("equal-seq-is-regression"))
-        server(case, "session.start", 0, 0.0, ACCEPTED)
-        server(case, "agent.thinking", 1, 0.1, ACCEPTED)
-        server(case, "agent.thinking", 1, 0.2, IGNORED)
-        server(case, "agent.thinking", 2, 0.3, ACCEPTED)
+        server(case, start, 0, 0.0, ACCEPTED)
+        server(case, event, 1, 0.1, ACCEPTED)
+        server(case, event, 1, 0.2, IGNORED)
+        server(case, event, 2, 0.3, ACCEPTED)
         yield case.done()
 
         case = self.case(
             "unknown-server-type", "client", self.cite("unknown-server-types-accepted")
         )
-        server(case, "session.start", 0, 0.0, ACCEPTED)
-        unknown = self.message("server", "agent.thinking", 1, 0.1)
-        unknown["text"] = unknown["text"].replace('"agent.thinking"', '"agent.daydream"')
+        server(case, start, 0, 0.0, ACCEPTED)
+        unknown = self.message(sender, event, 1, 0.1)
+        known = {m.type for m in self.p.messages}
+        stranger = next(
+            f"{event}.{n}" for n in range(len(known) + 1) if f"{event}.{n}" not in known
+        )
+        unknown["text"] = unknown["text"].replace(json.dumps(event), json.dumps(stranger), 1)
         case.step(unknown, IGNORED)
-        server(case, "agent.thinking", 1, 0.2, IGNORED)  # seq 1 was taken by the unknown event
-        server(case, "agent.thinking", 2, 0.3, ACCEPTED)
+        server(case, event, 1, 0.2, IGNORED)  # seq 1 was taken by the unknown event
+        server(case, event, 2, 0.3, ACCEPTED)
         yield case.done()
 
+        resume = self.role("resume")
+        if resume is None:
+            return
         case = self.case("resume-and-replay", "client", self.cite("seq-spans-reconnects"))
-        server(case, "session.start", 0, 0.0, ACCEPTED)
-        self.client(case, "agent.input", 0, 0.1, SENT)
-        server(case, "agent.thinking", 1, 0.2, ACCEPTED)
+        server(case, start, 0, 0.0, ACCEPTED)
+        self.input(case, 0, 0.1, SENT)
+        server(case, event, 1, 0.2, ACCEPTED)
         case.link(1.0, "lost").link(2.0, "open")
-        self.client(case, "session.resume", 1, 2.0, SENT, last_server_seq=1)
-        server(case, "agent.thinking", 1, 2.1, IGNORED)  # a replayed duplicate
-        server(case, "agent.thinking", 2, 2.1, ACCEPTED)
+        self.send(case, resume, 1, 2.0, SENT, last_server_seq=1)
+        server(case, event, 1, 2.1, IGNORED)  # a replayed duplicate
+        server(case, event, 2, 2.1, ACCEPTED)
         yield case.done()
 
 
 class _Brisvox(_Builder):
+    def __init__(self, protocol: Protocol) -> None:
+        super().__init__(protocol)
+        self.start, self.accept = self.role("start"), self.role("accept")
+        self.engine, self.agent_id = self.sender("start"), self.sender("accept")
+        self.server_event = self.event(self.engine)
+        self.agent_event = self.event(self.agent_id)
+
     def server(
         self,
         case: _Case,
@@ -305,112 +388,115 @@ class _Brisvox(_Builder):
         t: float | None = None,
         **fields: Any,
     ) -> None:
-        """A server message at ``t`` (default: 10 ms a seq, session.start at 0)."""
+        """A server message at ``t`` (default: 10 ms a seq, the start at 0)."""
         at = (0.0 if seq == 1 else seq / 100) if t is None else t
         body = {**self.examples[kind], "seq": seq, "t_ms": round(at * 1000), **fields}
-        if kind == "session.start" and "resume" not in fields:
+        if kind == self.start and "resume" not in fields:
             body.pop("resume", None)
-        case.step({"t": at, "from": "server", "text": json.dumps(body)}, verdict)
+        case.step({"t": at, "from": self.engine, "text": json.dumps(body)}, verdict)
 
     def agent(
         self, case: _Case, kind: str, t: float, verdict: dict[str, Any], **fields: Any
     ) -> None:
         body = {**self.examples[kind], **fields}
-        case.step({"t": t, "from": "agent", "text": json.dumps(body)}, verdict)
+        case.step({"t": t, "from": self.agent_id, "text": json.dumps(body)}, verdict)
 
     def engine_cases(self) -> Iterator[dict[str, Any]]:
-        protocol_error = self.closes["protocol_error"]
+        assert self.start and self.accept and self.server_event and self.agent_event
+        start, accept = self.start, self.accept
+        event, command = self.server_event, self.agent_event
+        protocol_error = self.close("protocol_error")
 
         case = _Case(self.p, "handshake", "engine", self.cite("handshake-budget"))
-        self.server(case, "session.start", 1, SENT)
-        self.agent(case, "session.accept", 0.01, ACCEPTED)
-        self.server(case, "user.text", 2, SENT)
-        self.agent(case, "say", 0.03, ACCEPTED)
+        self.server(case, start, 1, SENT)
+        self.agent(case, accept, 0.01, ACCEPTED)
+        self.server(case, event, 2, SENT)
+        self.agent(case, command, 0.03, ACCEPTED)
         yield case.done()
 
         case = _Case(self.p, "version-not-offered", "engine", self.cite("handshake-budget"))
-        self.server(case, "session.start", 1, SENT)
-        self.agent(
-            case, "session.accept", 0.01, {"verdict": "close", "close": protocol_error}, version=9
-        )
+        self.server(case, start, 1, SENT)
+        self.agent(case, accept, 0.01, {"verdict": "close", "close": protocol_error}, version=9)
         yield case.done()
 
         case = _Case(self.p, "command-before-accept", "engine", self.cite("handshake-budget"))
-        self.server(case, "session.start", 1, SENT)
-        self.agent(case, "say", 0.01, {"verdict": "close", "close": protocol_error})
+        self.server(case, start, 1, SENT)
+        self.agent(case, command, 0.01, {"verdict": "close", "close": protocol_error})
         yield case.done()
 
+        lost = self.role("loss_report")
+        if lost is None:
+            return
         # A resumption: the agent declared resume: true; the link drops and comes back.
         case = _Case(self.p, "resume", "engine", self.cite("resumed-seq-gap"))
-        self.server(case, "session.start", 1, SENT)
-        self.agent(case, "session.accept", 0.01, ACCEPTED, resume=True)
-        self.server(case, "user.text", 2, SENT)
+        self.server(case, start, 1, SENT)
+        self.agent(case, accept, 0.01, ACCEPTED, resume=True)
+        self.server(case, event, 2, SENT)
         case.link(1.0, "lost").link(1.5, "open")
         resume = {"attempt": 1, "previous_seq": 2, "down_ms": 500}
-        self.server(case, "session.start", 3, SENT, 1.5, resume=resume)
-        self.agent(case, "session.accept", 1.51, ACCEPTED, resume=True)
-        self.server(case, "events.lost", 4, SENT, 1.51, count=0)
-        self.server(case, "user.text", 5, SENT, 1.6)
+        self.server(case, start, 3, SENT, 1.5, resume=resume)
+        self.agent(case, accept, 1.51, ACCEPTED, resume=True)
+        self.server(case, lost, 4, SENT, 1.51, count=0)
+        self.server(case, event, 5, SENT, 1.6)
         yield case.done()
 
         case = _Case(self.p, "resume-without-resume-true", "engine", self.cite("resumed-seq-gap"))
-        self.server(case, "session.start", 1, SENT)
-        self.agent(case, "session.accept", 0.01, ACCEPTED, resume=True)
+        self.server(case, start, 1, SENT)
+        self.agent(case, accept, 0.01, ACCEPTED, resume=True)
         case.link(1.0, "lost").link(1.5, "open")
-        self.server(case, "session.start", 2, SENT, 1.5, resume={**resume, "previous_seq": 1})
-        self.agent(
-            case,
-            "session.accept",
-            1.51,
-            {"verdict": "close", "close": protocol_error},
-            resume=False,
-        )
+        self.server(case, start, 2, SENT, 1.5, resume={**resume, "previous_seq": 1})
+        self.agent(case, accept, 1.51, {"verdict": "close", "close": protocol_error}, resume=False)
         yield case.done()
 
     def cases(self) -> Iterator[dict[str, Any]]:
+        if not (self.start and self.accept and self.server_event and self.agent_event):
+            return
+        start, accept, event = self.start, self.accept, self.server_event
         bad = self.code("bad_message")
 
         case = _Case(self.p, "handshake", "agent", self.cite("handshake-budget"))
-        self.server(case, "session.start", 1, ACCEPTED)
-        self.agent(case, "session.accept", 0.01, SENT)
-        self.server(case, "user.text", 2, ACCEPTED)
+        self.server(case, start, 1, ACCEPTED)
+        self.agent(case, accept, 0.01, SENT)
+        self.server(case, event, 2, ACCEPTED)
         yield case.done()
 
         case = _Case(self.p, "event-before-start", "agent", self.cite("handshake-budget"))
-        self.server(
-            case, "user.text", 1, {"verdict": "close", "close": self.closes["protocol_error"]}
-        )
+        self.server(case, event, 1, {"verdict": "close", "close": self.close("protocol_error")})
         yield case.done()
 
         case = _Case(self.p, "no-common-version", "agent", self.cite("versions-may-be-empty"))
         self.server(
             case,
-            "session.start",
+            start,
             1,
             {
                 "verdict": "rejected",
                 "code": self.code("unsupported_version"),
-                "close": self.closes["normal"],
+                "close": self.close("normal"),
             },
             versions=[99],
         )
         yield case.done()
 
         case = _Case(self.p, "event-before-the-answer", "agent", self.cite("handshake-budget"))
-        self.server(case, "session.start", 1, ACCEPTED)
-        self.server(case, "user.text", 2, IGNORED)
-        self.agent(case, "session.accept", 0.03, SENT)
-        self.server(case, "user.text", 3, ACCEPTED)
+        self.server(case, start, 1, ACCEPTED)
+        self.server(case, event, 2, IGNORED)
+        self.agent(case, accept, 0.03, SENT)
+        self.server(case, event, 3, ACCEPTED)
         yield case.done()
 
-        # A refused tool.call is answered and takes its seq: the next message is not refused.
-        case = _Case(self.p, "undecodable-tool-call", "agent", self.cite("undecodable-tool-call"))
-        self.server(case, "session.start", 1, ACCEPTED)
-        self.agent(case, "session.accept", 0.01, SENT)
-        for seq in range(2, 6):
-            self.server(case, "user.text", seq, ACCEPTED)
-        self.server(case, "tool.call", 6, _error(bad), arguments="x")
-        self.server(case, "user.text", 7, ACCEPTED)
-        yield case.done()
+        tool_call = self.role("tool_call")
+        if tool_call is not None:
+            # A refused tool call is answered and takes its seq: the next message is not refused.
+            case = _Case(
+                self.p, "undecodable-tool-call", "agent", self.cite("undecodable-tool-call")
+            )
+            self.server(case, start, 1, ACCEPTED)
+            self.agent(case, accept, 0.01, SENT)
+            for seq in range(2, 6):
+                self.server(case, event, seq, ACCEPTED)
+            self.server(case, tool_call, 6, _error(bad), arguments="x")
+            self.server(case, event, 7, ACCEPTED)
+            yield case.done()
 
         yield from self.engine_cases()
