@@ -48,6 +48,11 @@ JSON_SAFE_INTEGER = 2**53 - 1
 
 PRIMITIVES = ("string", "integer", "number", "boolean", "datetime", "object", "any")
 _FRAME_SIZES = {"u8": 1, "u16": 2, "u32": 4, "u64": 8}
+_FRAME_UNSUPPORTED = {
+    "u64": "a u64 header field is not supported: the TypeScript binding reads header fields as "
+    "numbers, exact only to 2^53; split it into two u32 fields",
+}
+"""Frame field types the format names but a binding cannot carry exactly: refused, with why."""
 
 
 @dataclass(frozen=True)
@@ -1092,6 +1097,8 @@ class _Resolver:
             where = (*path, "fields", i)
             kind = x["type"]
             size = _FRAME_SIZES.get(kind) or x.get("size", 0)
+            if kind in _FRAME_UNSUPPORTED:
+                self.fail((*where, "type"), _FRAME_UNSUPPORTED[kind])
             if kind == "bytes" and "size" not in x:
                 self.fail(where, "a bytes field needs a size")
             if kind != "bytes" and "size" in x and x["size"] != size:

@@ -848,7 +848,7 @@ def _frame_raise(code: str, detail: str, field: str) -> str:
     return f'    raise {names.PROTOCOL_ERROR}({code}, {detail}, path="{field}")'
 
 
-_STRUCT_CODES = {"u8": "B", "u16": "H", "u32": "I", "u64": "Q"}
+_STRUCT_CODES = {"u8": "B", "u16": "H", "u32": "I"}
 
 
 def build_frames(protocol: Protocol) -> list[PyFrame]:

@@ -531,6 +531,27 @@ CASES = [
         path="messages[2].examples[0].json.type",
         message="example of hangup has type 'hang_up'",
     ),
+    Case(
+        "u64-frame-field",
+        "{name: direction, type: u8, enum: Direction",
+        "{name: direction, type: u64, enum: Direction",
+        also=(("    size: 12\n", "    size: 19\n"),),
+        marker="type: u64",
+        path="frames[0].fields[1].type",
+        message="a u64 header field is not supported: the TypeScript binding reads header fields "
+        "as numbers, exact only to 2^53; split it into two u32 fields",
+    ),
+    Case(
+        "session-role-twice",
+        "    summary: End the call.\n",
+        "    summary: End the call.\n    session: end\n",
+        also=(("    summary: Speak a line.\n", "    summary: Speak a line.\n    session: end\n"),),
+        marker="    session: end",
+        nth=2,
+        path="messages[2].session",
+        message="duplicate session role 'end' (first at line {first})",
+        first=("    session: end", 1),
+    ),
 ]
 
 
