@@ -152,6 +152,9 @@ class Finding:
     """Who sends the message: the old senders, or the senders whose old receivers break."""
     accepted_by: str | None = None
     """The id of the decision that accepts it."""
+    values: tuple[Any, Any] = (None, None)
+    """The item's old and new value (a number, a name, a type...; None where there is none): an
+    acceptance is pinned to them, so a later change of the same item is a new finding."""
 
     @property
     def kind(self) -> Kind:
@@ -168,10 +171,20 @@ class Finding:
             return f"old {peers} senders" if peers else "old senders"
         return f"old receivers of {peers}" if peers else "old receivers"
 
+    @property
+    def old(self) -> Any:
+        return _plain(self.values[0])
+
+    @property
+    def new(self) -> Any:
+        return _plain(self.values[1])
+
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
+        del out["values"]
         out["kind"] = self.kind
         out["senders"] = list(self.senders)
+        out["old"], out["new"] = self.old, self.new
         return out
 
     def __str__(self) -> str:
@@ -224,21 +237,29 @@ def compare(old: Protocol, new: Protocol) -> list[Finding]:
                 None,
                 f"{len(wire)} wire-breaking change(s) and protocol.version is still "
                 f"{new.version!r}",
+                values=(old.version, new.version),
             )
         )
     return [replace(f, accepted_by=_accepted_by(new, f)) for f in found]
 
 
 def _accepted_by(new: Protocol, finding: Finding) -> str | None:
+    """The decision that accepts ``finding``: it names its rule, its item and both values."""
     for decision in new.decisions:
         for a in decision.accepts:
             if (
                 a.rule == finding.rule
                 and a.message in (None, finding.message)
                 and a.field in (None, finding.field)
+                and (_plain(a.old), _plain(a.new)) == (finding.old, finding.new)
             ):
                 return decision.id
     return None
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON reads it back (tuples are lists), so the spec's YAML compares equal."""
+    return json.loads(json.dumps(value))
 
 
 def _compare(old: Protocol, new: Protocol) -> Iterator[Finding]:
@@ -256,6 +277,7 @@ def _compare(old: Protocol, new: Protocol) -> Iterator[Finding]:
                 None,
                 key,
                 f"transport.{key} {old.transport.get(key)!r} is now {new.transport.get(key)!r}",
+                values=(old.transport.get(key), new.transport.get(key)),
             )
 
 
@@ -279,6 +301,7 @@ def _messages(old: Protocol, new: Protocol) -> Iterator[Finding]:
                 None,
                 f"{m.type} is now {twin.type}: each side refuses the other's name",
                 m.senders,
+                values=(m.type, twin.type),
             )
         else:
             yield Finding(
@@ -289,6 +312,7 @@ def _messages(old: Protocol, new: Protocol) -> Iterator[Finding]:
                 None,
                 f"{m.type} is gone: new receivers do not know it",
                 m.senders,
+                values=(m.type, None),
             )
     old_senders = {s.id: s for s in old.senders}
     for m in added:
@@ -302,6 +326,7 @@ def _messages(old: Protocol, new: Protocol) -> Iterator[Finding]:
                 None,
                 f"{m.type} is new and old receivers reject unknown types from {'/'.join(strict)}",
                 tuple(strict),
+                values=(None, m.type),
             )
     for kind, m in after.items():
         if kind in before:
@@ -328,6 +353,7 @@ def _message(ctx: _Context, old: Message, new: Message) -> Iterator[Finding]:
                 None,
                 f"{sender} may now send {new.type}; old receivers refuse it from {sender}",
                 (sender,),
+                values=(old.senders, new.senders),
             )
     for sender in old.senders:
         if sender not in new.senders:
@@ -338,6 +364,7 @@ def _message(ctx: _Context, old: Message, new: Message) -> Iterator[Finding]:
                 None,
                 f"{sender} may no longer send {new.type}; new receivers refuse it",
                 (sender,),
+                values=(old.senders, new.senders),
             )
     if old.class_name != new.class_name:
         yield _at(
@@ -346,6 +373,7 @@ def _message(ctx: _Context, old: Message, new: Message) -> Iterator[Finding]:
             "users",
             None,
             f"class {old.class_name} is now {new.class_name}",
+            values=(old.class_name, new.class_name),
         )
     yield from _rules(ctx, "", old.rules, new.rules)
     yield from _fields(ctx, "", old.fields, new.fields, reject_unknown=False)
@@ -358,6 +386,8 @@ def _at(
     path: str | None,
     detail: str,
     senders: tuple[str, ...] | None = None,
+    *,
+    values: tuple[Any, Any],
 ) -> Finding:
     return Finding(
         rule,
@@ -367,6 +397,7 @@ def _at(
         path,
         detail,
         ctx.senders if senders is None else senders,
+        values=values,
     )
 
 
@@ -395,6 +426,7 @@ def _rules(
                 "old_senders",
                 where,
                 f"new rule {r.kind} ({r.description}): old senders may break it",
+                values=(None, r.kind),
             )
     for key, r in before.items():
         if key not in after:
@@ -404,6 +436,7 @@ def _rules(
                 "old_receivers",
                 where,
                 f"rule {r.kind} is gone ({r.description}): old receivers still enforce it",
+                values=(r.kind, None),
             )
 
 
@@ -429,6 +462,7 @@ def _fields(
                 "both",
                 prefix + f.wire_name,
                 f"{prefix}{f.wire_name} is now {prefix}{twin.wire_name} on the wire",
+                values=(f.wire_name, twin.wire_name),
             )
             continue
         if f.required:
@@ -437,7 +471,14 @@ def _fields(
         else:
             side = "old_senders"
             why = "new receivers " + ("refuse" if reject_unknown else "ignore") + " it"
-        yield _at(ctx, "FIELD_REMOVED", side, prefix + f.wire_name, f"removed: {why}")
+        yield _at(
+            ctx,
+            "FIELD_REMOVED",
+            side,
+            prefix + f.wire_name,
+            f"removed: {why}",
+            values=(f.wire_name, None),
+        )
     for f in added:
         if f.required:
             yield _at(
@@ -446,6 +487,7 @@ def _fields(
                 "old_senders",
                 prefix + f.wire_name,
                 "new and required: old senders do not send it",
+                values=(None, f.wire_name),
             )
         elif reject_unknown:
             yield _at(
@@ -454,6 +496,7 @@ def _fields(
                 "old_receivers",
                 prefix + f.wire_name,
                 "new: old receivers reject unknown fields here",
+                values=(None, f.wire_name),
             )
     for name, f in after.items():
         if name in before:
@@ -502,6 +545,7 @@ def _field(ctx: _Context, path: str, old: Field, new: Field) -> Iterator[Finding
             "users",
             path,
             f"attribute {old.py_name} is now {new.py_name}",
+            values=(old.py_name, new.py_name),
         )
     yield from _presence(ctx, path, old, new)
     yield from _type(ctx, path, old.type, new.type)
@@ -517,6 +561,7 @@ def _presence(ctx: _Context, path: str, old: Field, new: Field) -> Iterator[Find
             "old_senders",
             path,
             "now required: old senders may leave it out",
+            values=(False, True),
         )
     if old.required and not new.required:
         yield _at(
@@ -525,6 +570,7 @@ def _presence(ctx: _Context, path: str, old: Field, new: Field) -> Iterator[Find
             "old_receivers",
             path,
             "now optional: old receivers refuse a message without it",
+            values=(True, False),
         )
     if old.nullable != new.nullable:
         side: Side = "old_receivers" if new.nullable else "old_senders"
@@ -533,7 +579,9 @@ def _presence(ctx: _Context, path: str, old: Field, new: Field) -> Iterator[Find
             if new.nullable
             else ("may no longer be null: new receivers refuse old senders' null")
         )
-        yield _at(ctx, "FIELD_NULLABLE_CHANGED", side, path, said)
+        yield _at(
+            ctx, "FIELD_NULLABLE_CHANGED", side, path, said, values=(old.nullable, new.nullable)
+        )
     if (
         not old.required
         and not new.required
@@ -547,6 +595,10 @@ def _presence(ctx: _Context, path: str, old: Field, new: Field) -> Iterator[Find
             "both",
             path,
             f"default {was} is now {now}: a message leaving it out means another value",
+            values=(
+                old.default if old.has_default else None,
+                new.default if new.has_default else None,
+            ),
         )
 
 
@@ -559,6 +611,7 @@ def _type(ctx: _Context, path: str, old: TypeRef, new: TypeRef) -> Iterator[Find
             "both",
             path,
             f"{_type_name(old)} is now {_type_name(new)}",
+            values=(_type_name(old), _type_name(new)),
         )
         return
     if old.item is not None and new.item is not None:
@@ -577,6 +630,7 @@ def _type(ctx: _Context, path: str, old: TypeRef, new: TypeRef) -> Iterator[Find
             side,
             path,
             f"{_type_name(old)} is now {_type_name(new)}",
+            values=(_type_name(old), _type_name(new)),
         )
         return
     if old.enum is not None and new.enum is not None:
@@ -596,7 +650,12 @@ def _struct(ctx: _Context, path: str, old_name: str, new_name: str) -> Iterator[
 def _enum(ctx: _Context, path: str, old: Enum, new: Enum) -> Iterator[Finding]:
     if old.open and not new.open:
         yield _at(
-            ctx, "ENUM_CLOSED", "old_senders", path, f"{new.name} no longer accepts other values"
+            ctx,
+            "ENUM_CLOSED",
+            "old_senders",
+            path,
+            f"{new.name} no longer accepts other values",
+            values=("open", "closed"),
         )
     if new.open and not old.open:
         yield _at(
@@ -605,6 +664,7 @@ def _enum(ctx: _Context, path: str, old: Enum, new: Enum) -> Iterator[Finding]:
             "old_receivers",
             path,
             f"{new.name} now accepts any value; old receivers refuse new ones",
+            values=("closed", "open"),
         )
     before = {v.value: v for v in old.values}
     after = {v.value: v for v in new.values}
@@ -625,6 +685,7 @@ def _enum(ctx: _Context, path: str, old: Enum, new: Enum) -> Iterator[Finding]:
                 "both",
                 path,
                 f"{new.name} value {g.value!r} is now {a.value!r}",
+                values=(g.value, a.value),
             )
         return
     for v in gone:
@@ -635,6 +696,7 @@ def _enum(ctx: _Context, path: str, old: Enum, new: Enum) -> Iterator[Finding]:
             path,
             f"{new.name} value {v.value!r} is gone"
             + (" (the enum is open: new receivers read it as unknown)" if new.open else ""),
+            values=(v.value, None),
         )
     if not old.open:
         for v in added:
@@ -644,6 +706,7 @@ def _enum(ctx: _Context, path: str, old: Enum, new: Enum) -> Iterator[Finding]:
                 "old_receivers",
                 path,
                 f"{new.name} value {v.value!r} is new; old receivers refuse it",
+                values=(None, v.value),
             )
     for value, v in after.items():
         if value in before and before[value].py_name != v.py_name:
@@ -653,6 +716,7 @@ def _enum(ctx: _Context, path: str, old: Enum, new: Enum) -> Iterator[Finding]:
                 "users",
                 path,
                 f"{new.name}.{before[value].py_name} is now {new.name}.{v.py_name}",
+                values=(before[value].py_name, v.py_name),
             )
 
 
@@ -678,6 +742,7 @@ def _limits(ctx: _Context, path: str, old: Field, new: Field) -> Iterator[Findin
             side,
             path,
             f"{said}: {reader} receivers refuse what {writer} senders may send",
+            values=(was, now),
         )
 
 
@@ -701,7 +766,14 @@ def _checks(ctx: _Context, path: str, old: Field, new: Field) -> Iterator[Findin
         if was == now:
             continue
         side: Side = "old_senders" if was is None else "old_receivers" if now is None else "both"
-        yield _at(ctx, rule, side, path, f"{key} {_show_value(was)} is now {_show_value(now)}")
+        yield _at(
+            ctx,
+            rule,
+            side,
+            path,
+            f"{key} {_show_value(was)} is now {_show_value(now)}",
+            values=(was, now),
+        )
 
 
 def _show_value(value: Any) -> str:
@@ -722,6 +794,7 @@ def _errors(old: Protocol, new: Protocol) -> Iterator[Finding]:
                 None,
                 e.code,
                 f"error code {e.code} is gone: new receivers do not know it",
+                values=(e.code, None),
             )
         elif after[e.code].py_name != e.py_name:
             yield Finding(
@@ -731,6 +804,7 @@ def _errors(old: Protocol, new: Protocol) -> Iterator[Finding]:
                 None,
                 e.code,
                 f"ErrorCode.{e.py_name} is now ErrorCode.{after[e.code].py_name}",
+                values=(e.py_name, after[e.code].py_name),
             )
 
 
@@ -746,6 +820,7 @@ def _close_codes(old: Protocol, new: Protocol) -> Iterator[Finding]:
                 None,
                 c.name,
                 f"close code {c.name} ({c.code}) is gone: new peers do not expect it",
+                values=(c.code, None),
             )
             continue
         if now.code != c.code:
@@ -756,6 +831,7 @@ def _close_codes(old: Protocol, new: Protocol) -> Iterator[Finding]:
                 None,
                 c.name,
                 f"close code {c.name} is {now.code}, not {c.code}",
+                values=(c.code, now.code),
             )
         if now.py_name != c.py_name:
             yield Finding(
@@ -765,6 +841,7 @@ def _close_codes(old: Protocol, new: Protocol) -> Iterator[Finding]:
                 None,
                 c.name,
                 f"CloseCode.{c.py_name} is now CloseCode.{now.py_name}",
+                values=(c.py_name, now.py_name),
             )
 
 
@@ -774,12 +851,26 @@ def _is_timing(c: Constant) -> bool:
 
 def _constants(old: Protocol, new: Protocol) -> Iterator[Finding]:
     after = {c.name: c for c in new.constants}
+    moved = {
+        a.field: a.moved_to.removeprefix("close_codes.")
+        for d in new.decisions
+        for a in d.accepts
+        if a.rule == "CONSTANT_REMOVED" and a.field is not None and a.moved_to is not None
+    }
     for c in old.constants:
         now = after.get(c.name)
         if now is None:
             yield Finding(
-                "CONSTANT_REMOVED", "users", new.id, None, c.name, f"constant {c.py_name} is gone"
+                "CONSTANT_REMOVED",
+                "users",
+                new.id,
+                None,
+                c.name,
+                f"constant {c.py_name} is gone",
+                values=(c.value, None),
             )
+            if c.name in moved:
+                yield from _moved_close_code(new, c, moved[c.name])
             continue
         if now.py_name != c.py_name:
             yield Finding(
@@ -789,6 +880,7 @@ def _constants(old: Protocol, new: Protocol) -> Iterator[Finding]:
                 None,
                 c.name,
                 f"constant {c.py_name} is now {now.py_name}",
+                values=(c.py_name, now.py_name),
             )
         if now.value != c.value and c.name != "protocol_version":
             rule = "TIMING_CHANGED" if _is_timing(c) else "CONSTANT_CHANGED"
@@ -801,7 +893,34 @@ def _constants(old: Protocol, new: Protocol) -> Iterator[Finding]:
                 f"{c.name} {c.value!r} {c.unit} is now {now.value!r} {now.unit}".replace(
                     " none", ""
                 ),
+                values=(c.value, now.value),
             )
+
+
+def _moved_close_code(new: Protocol, c: Constant, name: str) -> Iterator[Finding]:
+    """A constant the new spec made close code ``name``: the wire changed if its number did."""
+    now = next((x for x in new.close_codes if x.name == name), None)
+    was = f"constant {c.name} in the older spec"
+    if now is None:
+        yield Finding(
+            "CLOSE_CODE_REMOVED",
+            "old_senders",
+            new.id,
+            None,
+            name,
+            f"close code {name} ({c.value}, {was}) is gone: new peers do not expect it",
+            values=(c.value, None),
+        )
+    elif now.code != c.value:
+        yield Finding(
+            "CLOSE_CODE_CHANGED",
+            "both",
+            new.id,
+            None,
+            name,
+            f"close code {name} is {now.code}, not {c.value} ({was})",
+            values=(c.value, now.code),
+        )
 
 
 def _frames(old: Protocol, new: Protocol) -> Iterator[Finding]:
@@ -809,14 +928,29 @@ def _frames(old: Protocol, new: Protocol) -> Iterator[Finding]:
     for frame in old.frames:
         now = after.get(frame.name)
         if now is None:
-            yield Finding("FRAME_REMOVED", "both", new.id, frame.name, None, "the frame is gone")
+            yield Finding(
+                "FRAME_REMOVED",
+                "both",
+                new.id,
+                frame.name,
+                None,
+                "the frame is gone",
+                values=(frame.name, None),
+            )
             continue
         yield from _frame(_Context(old, new, now.name, ()), frame, now)
 
 
 def _frame(ctx: _Context, old: Frame, new: Frame) -> Iterator[Finding]:
     if old.size != new.size:
-        yield _at(ctx, "FRAME_SIZE_CHANGED", "both", None, f"{old.size} bytes are now {new.size}")
+        yield _at(
+            ctx,
+            "FRAME_SIZE_CHANGED",
+            "both",
+            None,
+            f"{old.size} bytes are now {new.size}",
+            values=(old.size, new.size),
+        )
     if old.byte_order != new.byte_order:
         yield _at(
             ctx,
@@ -824,6 +958,7 @@ def _frame(ctx: _Context, old: Frame, new: Frame) -> Iterator[Finding]:
             "both",
             None,
             f"{old.byte_order}-endian is now {new.byte_order}",
+            values=(old.byte_order, new.byte_order),
         )
     layout_old = [(f.name, f.kind, f.size, f.offset) for f in old.fields]
     layout_new = [(f.name, f.kind, f.size, f.offset) for f in new.fields]
@@ -836,7 +971,17 @@ def _frame(ctx: _Context, old: Frame, new: Frame) -> Iterator[Finding]:
                 if now is None
                 else f"{field.kind} at byte {field.offset} is now {now.kind} at byte {now.offset}"
             )
-            yield _at(ctx, "FRAME_LAYOUT_CHANGED", "both", field.name, said)
+            yield _at(
+                ctx,
+                "FRAME_LAYOUT_CHANGED",
+                "both",
+                field.name,
+                said,
+                values=(
+                    (field.kind, field.offset),
+                    None if now is None else (now.kind, now.offset),
+                ),
+            )
     for after_layout in layout_new:
         if after_layout[0] not in {f.name for f in old.fields}:
             yield _at(
@@ -845,6 +990,7 @@ def _frame(ctx: _Context, old: Frame, new: Frame) -> Iterator[Finding]:
                 "both",
                 after_layout[0],
                 f"new at byte {after_layout[3]}",
+                values=(None, (after_layout[1], after_layout[3])),
             )
     for field in old.fields:
         now = after.get(field.name)
@@ -857,6 +1003,7 @@ def _frame(ctx: _Context, old: Frame, new: Frame) -> Iterator[Finding]:
                 "both",
                 field.name,
                 f"const {field.const} is now {now.const}",
+                values=(field.const, now.const),
             )
         bits_old = {(bit, name) for bit, name, _ in field.flags}
         bits_new = {(bit, name) for bit, name, _ in now.flags}
@@ -866,7 +1013,14 @@ def _frame(ctx: _Context, old: Frame, new: Frame) -> Iterator[Finding]:
                 [f"-{name}@{bit}" for bit, name in sorted(bits_old - bits_new)]
                 + [f"+{name}@{bit}" for bit, name in sorted(bits_new - bits_old)]
             )
-            yield _at(ctx, "FRAME_FLAGS_CHANGED", side, field.name, f"flags {change}")
+            yield _at(
+                ctx,
+                "FRAME_FLAGS_CHANGED",
+                side,
+                field.name,
+                f"flags {change}",
+                values=(tuple(sorted(bits_old)), tuple(sorted(bits_new))),
+            )
         if field.enum is not None and now.enum is not None:
             yield from _enum(ctx, field.name, field.enum, now.enum)
 
@@ -949,7 +1103,15 @@ def report(against: str, root: Path = ROOT, current: Iterable[Protocol] | None =
         now = new.get(old.id)
         if now is None:
             findings.append(
-                Finding("PROTOCOL_REMOVED", "both", old.id, None, None, f"{old.id} has no spec now")
+                Finding(
+                    "PROTOCOL_REMOVED",
+                    "both",
+                    old.id,
+                    None,
+                    None,
+                    f"{old.id} has no spec now",
+                    values=(old.id, None),
+                )
             )
             continue
         findings += compare(old, now)

@@ -57,11 +57,17 @@ _FRAME_UNSUPPORTED = {
 
 @dataclass(frozen=True)
 class Acceptance:
-    """A finding of ``python -m codegen breaking`` that a decision accepts (None: any)."""
+    """A finding of ``python -m codegen breaking`` that a decision accepts: its rule, its item
+    (message None: any) and the item's old and new values it was accepted with."""
 
     rule: str
     message: str | None
     field: str | None
+    old: Any = None
+    new: Any = None
+    moved_to: str | None = None
+    """The close code a removed constant became (``close_codes.<name>``): its number is compared
+    with the constant's old value, so the move is accepted only while the wire is unchanged."""
 
 
 @dataclass(frozen=True)
@@ -394,6 +400,8 @@ class _Resolver:
     decision_lines: dict[str, int] = field(default_factory=dict)
     decision_sites: list[tuple[int, str, PathT]] = field(default_factory=list)
     """(line, id, path of the id) of every decision, to report duplicates in file order."""
+    moves: list[tuple[PathT, str]] = field(default_factory=list)
+    """(path, target) of every acceptance's ``moved_to``, checked once close codes are known."""
     constants: dict[str, Constant] = field(default_factory=dict)
     enums: dict[str, Enum] = field(default_factory=dict)
     struct_names: set[str] = field(default_factory=set)
@@ -535,6 +543,10 @@ class _Resolver:
                 f"protocol.version {protocol['version']!r} differs from the constant "
                 f"protocol_version {version.value!r}",
             )
+        close_names = {c.name for c in close_codes}
+        for at, target in self.moves:
+            if target.removeprefix("close_codes.") not in close_names:
+                self.fail(at, f"moved to {target!r}, which is no close code of this spec")
         # Items resolve in no file order (senders after messages): a duplicate is the later one.
         sites = sorted(self.decision_sites, key=lambda site: site[0])
         self._unique([s[1] for s in sites], (), "decision id", None, [s[2] for s in sites])
@@ -591,8 +603,18 @@ class _Resolver:
             if d["id"] in self.decision_lines:
                 continue  # a duplicate, reported by run() in file order
             self.decision_lines[d["id"]] = self.raw.line(where)
+            for j, a in enumerate(d.get("accepts", [])):
+                if "moved_to" in a:
+                    self.moves.append(((*where, "accepts", j, "moved_to"), a["moved_to"]))
             accepts = tuple(
-                Acceptance(a["rule"], a.get("message"), a.get("field"))
+                Acceptance(
+                    a["rule"],
+                    a.get("message"),
+                    a.get("field"),
+                    a.get("old"),
+                    a.get("new"),
+                    a.get("moved_to"),
+                )
                 for a in d.get("accepts", [])
             )
             decision = Decision(
@@ -625,24 +647,21 @@ class _Resolver:
                 seen[value] = index
 
     def _check_session_roles(self, messages: tuple[Message, ...]) -> None:
-        """A session role belongs to one message of one sender; ``event`` to one of each sender."""
-        with_role = [(i, m) for i, m in enumerate(messages) if m.session is not None]
+        """A session role but ``event`` belongs to one message, which one sender sends."""
+        roles = [(i, m.session) for i, m in enumerate(messages) if m.session not in (None, "event")]
         self._unique(
-            [
-                f"{m.session} (of {m.senders[0]})" if m.session == "event" else m.session or ""
-                for _, m in with_role
-            ],
+            [str(role) for _, role in roles],
             ("messages",),
             "session role",
             None,
-            [("messages", i, "session") for i, _ in with_role],
+            [("messages", i, "session") for i, _ in roles],
         )
-        for i, m in with_role:
-            if len(m.senders) != 1:
+        for i, role in roles:
+            if len(messages[i].senders) != 1:
                 self.fail(
                     ("messages", i, "session"),
-                    f"a message with session role {m.session!r} has one sender, not "
-                    f"{len(m.senders)}",
+                    f"a message with session role {role!r} has one sender, not "
+                    f"{len(messages[i].senders)}",
                 )
 
     def _code(self, code: str | None, path: PathT) -> None:

@@ -166,9 +166,9 @@ class _Builder:
         return None if message is None else message.senders[0]
 
     def event(self, sender: str | None) -> str | None:
-        """The ordinary event of ``sender`` (session role ``event``): the cases' traffic."""
+        """The first ordinary event of ``sender`` (session role ``event``): the cases' traffic."""
         return next(
-            (m.type for m in self.p.messages if m.session == "event" and m.senders == (sender,)),
+            (m.type for m in self.p.messages if m.session == "event" and sender in m.senders),
             None,
         )
 

@@ -74,8 +74,10 @@ def _retype(message: Data, kind: str, name: str | None = None) -> Data:
 
 
 def _copy_message(data: Data, source: str, kind: str, name: str) -> Data:
-    """A new message: a copy of ``source`` under another type, without its decisions."""
+    """A new message: a copy of ``source`` under another type, without its decisions and its
+    session role (each is unique in a spec)."""
     message = _retype(_undecided(copy.deepcopy(_message(data, source))), kind, name)
+    message.pop("session", None)
     data["messages"].append(message)
     return message
 
@@ -661,7 +663,9 @@ def test_a_decision_accepts_a_finding(tmp_path: Path) -> None:
                 "quote": "silent",
                 "source": "DERIVED",
                 "decision": "No gateway ever honoured it.",
-                "accepts": [{"rule": "MESSAGE_REMOVED", "message": "agent.cancel"}],
+                "accepts": [
+                    {"rule": "MESSAGE_REMOVED", "message": "agent.cancel", "old": "agent.cancel"}
+                ],
             }
         )
 
@@ -670,6 +674,84 @@ def test_a_decision_accepts_a_finding(tmp_path: Path) -> None:
         ("MESSAGE_REMOVED", "agent-cancel-withdrawn")
     ]
     assert "[accepted by decision agent-cancel-withdrawn]" in str(found[0])
+
+
+def _limit_accepted(max_bytes: int, accepted: tuple[int, int]) -> Mutation:
+    """say.text's max_bytes set to ``max_bytes``; a decision accepts the tightening
+    ``accepted`` (old, new)."""
+
+    def change(data: Data) -> None:
+        _field(data, "say", "text")["max_bytes"] = max_bytes
+        data["decisions"].append(
+            {
+                "id": "say-text-shorter",
+                "quote": "silent",
+                "source": "DERIVED",
+                "decision": "TTS engines refuse longer lines.",
+                "accepts": [
+                    {
+                        "rule": "FIELD_LIMIT_TIGHTENED",
+                        "message": "say",
+                        "field": "text",
+                        "old": accepted[0],
+                        "new": accepted[1],
+                    }
+                ],
+            }
+        )
+
+    return change
+
+
+def test_an_acceptance_is_pinned_to_the_values_it_names(tmp_path: Path) -> None:
+    old = _spec("brisvox")
+    was = next(
+        f for m in old.messages if m.type == "say" for f in m.fields if f.wire_name == "text"
+    )
+    assert was.max_bytes is not None
+    limit = int(was.max_bytes.value)
+    exact = compare(old, _mutated("brisvox", _limit_accepted(1000, (limit, 1000)), tmp_path / "a"))
+    assert [(f.rule, f.values, f.accepted_by) for f in exact] == [
+        ("FIELD_LIMIT_TIGHTENED", (limit, 1000), "say-text-shorter")
+    ]
+    # The same item tightened again (1000, then 999): a new finding, not the accepted one.
+    again = compare(old, _mutated("brisvox", _limit_accepted(999, (limit, 1000)), tmp_path / "b"))
+    assert [(f.rule, f.values, f.accepted_by) for f in again] == [
+        ("FIELD_LIMIT_TIGHTENED", (limit, 999), None),
+        ("PROTOCOL_VERSION_NOT_BUMPED", (old.version, old.version), None),
+    ]
+
+
+def _policy_code(code: int) -> Mutation:
+    def change(data: Data) -> None:
+        _item(data, "close_codes", "policy")["code"] = code
+
+    return change
+
+
+def test_a_close_code_that_was_a_constant_is_compared_with_the_release(tmp_path: Path) -> None:
+    # 0.1.0 had the constant policy_close_code (1008); a decision accepts that it became the
+    # close code policy, pinned to 1008: a new number is a wire change the release gate reports.
+    release = resolve(load(RELEASES / "0.1.0" / "ovp.yaml"))
+    today = compare(release, _spec("ovp"))
+    assert {f.rule for f in today if f.accepted_by is None} == set()
+    changed = compare(release, _mutated("ovp", _policy_code(4008), tmp_path))
+    failing = [(f.rule, f.side, f.field, f.values) for f in changed if f.accepted_by is None]
+    assert failing == [
+        ("CLOSE_CODE_CHANGED", "both", "policy", (1008, 4008)),
+        ("PROTOCOL_VERSION_NOT_BUMPED", "both", None, ("1.0", "1.0")),
+    ]
+    head = compare(_spec("ovp"), _mutated("ovp", _policy_code(4008), tmp_path / "head"))
+    assert [(f.rule, f.side) for f in head][:1] == [("CLOSE_CODE_CHANGED", "both")]
+
+
+def test_a_move_to_an_unknown_close_code_is_a_spec_error(tmp_path: Path) -> None:
+    def change(data: Data) -> None:
+        decision = _item(data, "close_codes", "normal")["decisions"][0]
+        decision["accepts"][0]["moved_to"] = "close_codes.nomral"
+
+    with pytest.raises(SpecError, match=r"moved to 'close_codes\.nomral', which is no close code"):
+        _mutated("ovp", change, tmp_path)
 
 
 def test_an_acceptance_of_another_message_accepts_nothing(tmp_path: Path) -> None:
