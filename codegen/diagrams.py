@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
+from codegen.flow_fields import ASIDE_WITH_VALUES, field_problems, frame_field_problems, shown
 from codegen.ir import Frame, Protocol
 from codegen.loader import Problem, RawSpec, SpecError, load
 
@@ -157,22 +158,39 @@ class _Checker:
                     (*at, "over" if "over" in step else "drop", j),
                     f"{pid!r} is not a participant of this flow",
                 )
-        detail = str(step.get("detail", ""))
+        fields: dict[str, Any] = step.get("fields", {})
+        detail = " ".join(
+            [
+                *([f"code={step['code']}"] if "code" in step else []),
+                *(f"{name}={shown(value)}" for name, value in fields.items()),
+                *([step["aside"]] if "aside" in step else []),
+            ]
+        )
+        if ASIDE_WITH_VALUES.search(step.get("aside", "")):
+            self.fail((*at, "aside"), "an aside shows no name=value: put it in fields, checked")
         if "message" in step:
             label = self.message(step, at)
-            if "code" in step:
-                detail = f"code={step['code']}" + (f" {detail}" if detail else "")
+            message = self.messages.get(step["message"])
+            if message is not None:
+                for problem in field_problems(self.p, message, fields):
+                    self.fail((*at, "fields"), problem)
             return Step("message", label, detail, source, target, ())
         if "code" in step:
             self.fail((*at, "code"), "only a message step carries an error code")
         if "frame" in step:
-            names = [fr.name for fr in self.p.frames]
-            if step["frame"] not in names:
+            frames = {fr.name: fr for fr in self.p.frames}
+            frame = frames.get(step["frame"])
+            if frame is None:
+                known = ", ".join(frames) or "none"
                 self.fail(
-                    (*at, "frame"),
-                    f"no frame {step['frame']!r} in the spec (known: {', '.join(names) or 'none'})",
+                    (*at, "frame"), f"no frame {step['frame']!r} in the spec (known: {known})"
                 )
+            else:
+                for problem in frame_field_problems(frame, fields):
+                    self.fail((*at, "fields"), problem)
             return Step("frame", f"{step['frame']} (binary)", detail, source, target, ())
+        if fields:
+            self.fail((*at, "fields"), "only a message or frame step shows field values")
         if "http" in step:
             return Step("http", step["http"], detail, source, target, ())
         if "close" in step:

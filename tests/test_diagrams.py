@@ -41,8 +41,8 @@ def _problems(protocol: Protocol, root: Path) -> list[str]:
     [
         (
             "ovp",
-            '{message: session.resume, from: client, to: gateway, detail: "seq=3',
-            '{message: session.resume, from: gateway, to: client, detail: "seq=3',
+            "{message: session.resume, from: client, to: gateway, fields: {seq: 3",
+            "{message: session.resume, from: gateway, to: client, fields: {seq: 3",
             "session.resume is sent by client, not by the server",
         ),
         (
@@ -56,11 +56,36 @@ def _problems(protocol: Protocol, root: Path) -> list[str]:
         ("ovp", "{frame: AudioFrame,", "{frame: VideoFrame,", "no frame 'VideoFrame'"),
         (
             "brisvox",
-            '{message: tool.result, from: agent, to: engine, detail: "id=t1',
-            '{message: tool.result, from: agent, to: caller, detail: "id=t1',
+            "{message: tool.result, from: agent, to: engine, fields: {id: 1",
+            "{message: tool.result, from: agent, to: caller, fields: {id: 1",
             "'caller' is not a participant of this flow",
         ),
         ("brisvox", "sender: agent}", "sender: agnet}", "no sender 'agnet'"),
+        # The values a step shows are the spec's: a tool call's id is an integer.
+        (
+            "brisvox",
+            "{message: tool.call, from: engine, to: agent, fields: {id: 1,",
+            '{message: tool.call, from: engine, to: agent, fields: {id: "t1",',
+            "id=t1 is not a value of tool.call.id (wrong_type)",
+        ),
+        (
+            "ovp",
+            'fields: {seq: 15, reason: "caller_hangup"}',
+            'fields: {seq: 15, raeson: "caller_hangup"}',
+            "session.end has no field 'raeson'",
+        ),
+        (
+            "ovp",
+            "{frame: AudioFrame, from: client, to: gateway, fields: {direction: 0}",
+            "{frame: AudioFrame, from: client, to: gateway, fields: {direction: 2}",
+            "direction=2 is not a value of AudioFrame.direction: not one of [0, 1]",
+        ),
+        (
+            "ovp",
+            'aside: "live again"',
+            'aside: "live again, seq=8"',
+            "an aside shows no name=value: put it in fields, checked",
+        ),
     ],
 )
 def test_a_flow_that_breaks_the_spec_is_refused_at_its_line(
