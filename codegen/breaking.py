@@ -27,6 +27,7 @@ from typing import Any, Final, Literal
 from codegen.ir import (
     JSON_SAFE_INTEGER,
     Bound,
+    CloseCode,
     Constant,
     Enum,
     Field,
@@ -812,28 +813,8 @@ def _close_codes(old: Protocol, new: Protocol) -> Iterator[Finding]:
     after = {c.name: c for c in new.close_codes}
     for c in old.close_codes:
         now = after.get(c.name)
-        if now is None:
-            yield Finding(
-                "CLOSE_CODE_REMOVED",
-                "old_senders",
-                new.id,
-                None,
-                c.name,
-                f"close code {c.name} ({c.code}) is gone: new peers do not expect it",
-                values=(c.code, None),
-            )
-            continue
-        if now.code != c.code:
-            yield Finding(
-                "CLOSE_CODE_CHANGED",
-                "both",
-                new.id,
-                None,
-                c.name,
-                f"close code {c.name} is {now.code}, not {c.code}",
-                values=(c.code, now.code),
-            )
-        if now.py_name != c.py_name:
+        yield from _close_code(new, c.name, c.code, now)
+        if now is not None and now.py_name != c.py_name:
             yield Finding(
                 "CLOSE_CODE_MEMBER_RENAMED",
                 "users",
@@ -843,6 +824,33 @@ def _close_codes(old: Protocol, new: Protocol) -> Iterator[Finding]:
                 f"CloseCode.{c.py_name} is now CloseCode.{now.py_name}",
                 values=(c.py_name, now.py_name),
             )
+
+
+def _close_code(
+    new: Protocol, name: str, code: int, now: CloseCode | None, origin: str = ""
+) -> Iterator[Finding]:
+    """Close code ``name`` was ``code`` (``origin``: what it was, when no close code)."""
+    said = f" ({origin})" if origin else ""
+    if now is None:
+        yield Finding(
+            "CLOSE_CODE_REMOVED",
+            "old_senders",
+            new.id,
+            None,
+            name,
+            f"close code {name} ({code}){said} is gone: new peers do not expect it",
+            values=(code, None),
+        )
+    elif now.code != code:
+        yield Finding(
+            "CLOSE_CODE_CHANGED",
+            "both",
+            new.id,
+            None,
+            name,
+            f"close code {name} is {now.code}, not {code}{said}",
+            values=(code, now.code),
+        )
 
 
 def _is_timing(c: Constant) -> bool:
@@ -900,27 +908,7 @@ def _constants(old: Protocol, new: Protocol) -> Iterator[Finding]:
 def _moved_close_code(new: Protocol, c: Constant, name: str) -> Iterator[Finding]:
     """A constant the new spec made close code ``name``: the wire changed if its number did."""
     now = next((x for x in new.close_codes if x.name == name), None)
-    was = f"constant {c.name} in the older spec"
-    if now is None:
-        yield Finding(
-            "CLOSE_CODE_REMOVED",
-            "old_senders",
-            new.id,
-            None,
-            name,
-            f"close code {name} ({c.value}, {was}) is gone: new peers do not expect it",
-            values=(c.value, None),
-        )
-    elif now.code != c.value:
-        yield Finding(
-            "CLOSE_CODE_CHANGED",
-            "both",
-            new.id,
-            None,
-            name,
-            f"close code {name} is {now.code}, not {c.value} ({was})",
-            values=(c.value, now.code),
-        )
+    yield from _close_code(new, name, c.value, now, f"constant {c.name} in the older spec")
 
 
 def _frames(old: Protocol, new: Protocol) -> Iterator[Finding]:
