@@ -18,7 +18,7 @@ from codegen.ir import Protocol, resolve
 from codegen.loader import Problem, SpecError, load
 from codegen.reference import asyncapi_page, diagram_pages
 from codegen.render import ROOT, Output, package_stub, render
-from codegen.sessions import session_outputs
+from codegen.sessions import build_sessions, session_outputs
 from codegen.typescript import render_package
 
 __all__ = ["SPEC_DIR", "Drift", "check", "generate", "load_protocols", "outputs"]
@@ -53,6 +53,7 @@ def load_protocols(root: Path = ROOT) -> list[Protocol]:
         problems += check_examples(protocol, raw)
         try:
             load_flows(protocol, root)
+            build_sessions(protocol)  # its cases need decisions, codes, constants of the spec
         except SpecError as exc:
             problems += exc.problems
         protocols.append(protocol)
