@@ -647,8 +647,8 @@ class _Resolver:
                 seen[value] = index
 
     def _check_session_roles(self, messages: tuple[Message, ...]) -> None:
-        """A session role but ``event`` belongs to one message, which one sender sends; where
-        the spec has roles, each sender has an ``event`` too."""
+        """A session role but ``event`` belongs to one message, which one sender sends; where a
+        session has a ``start``, each sender has an ``event`` too."""
         roles = [(i, m.session) for i, m in enumerate(messages) if m.session not in (None, "event")]
         self._unique(
             [str(role) for _, role in roles],
@@ -664,7 +664,7 @@ class _Resolver:
                     f"a message with session role {role!r} has one sender, not "
                     f"{len(messages[i].senders)}",
                 )
-        if roles:
+        if "start" in (role for _, role in roles):
             with_event = {s for m in messages if m.session == "event" for s in m.senders}
             for i, sender in enumerate(self.raw.data["senders"]):
                 if sender["id"] not in with_event:
