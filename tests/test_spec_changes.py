@@ -139,6 +139,51 @@ CHANGES = [
         ),
     ),
     Change(
+        "add-required-field",
+        (
+            replace(
+                OVP,
+                '"How long the tone lasted, when known."}\n',
+                '"How long the tone lasted, when known."}\n'
+                '      - {name: tone_source, type: string, description: "How the key was heard."}\n',
+            ),
+            replace(
+                OVP,
+                'digits: "1", duration_ms: 120}',
+                'digits: "1", duration_ms: 120, tone_source: inband}',
+            ),
+            replace(OVP, 'digits: "#"}', 'digits: "#", tone_source: rfc4733}'),
+        ),
+        (("FIELD_ADDED_REQUIRED", "dtmf.received"), NOT_BUMPED),
+    ),
+    Change(
+        "rename-field",
+        (everywhere("queue_wait_ms", "queue_time_ms"),),
+        (("FIELD_RENAMED", "agent.handoff_accepted"), NOT_BUMPED),
+    ),
+    Change(
+        "change-field-type",
+        (
+            replace(
+                OVP,
+                "{name: played_ms, type: integer,",
+                "{name: played_ms, type: number,",
+            ),
+        ),
+        (("FIELD_TYPE_CHANGED", "agent.barge_in"), NOT_BUMPED),
+    ),
+    Change(
+        "add-sender",
+        (
+            replace(
+                OVP,
+                "  - type: dtmf.received\n    senders: [server]\n",
+                "  - type: dtmf.received\n    senders: [server, client]\n",
+            ),
+        ),
+        (("MESSAGE_SENDER_ADDED", "dtmf.received"), NOT_BUMPED),
+    ),
+    Change(
         "remove-field",
         (
             replace(
