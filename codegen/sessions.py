@@ -10,7 +10,9 @@ code and maybe the close, ``close``, ``replay`` with the seqs sent again) or tha
 The message bodies are the spec's own examples with the envelope filled in; the timed cases take
 their times from the spec's constants (the resume window at its boundary, the replay buffer's
 bounds), so they follow the spec when it changes. The sequences themselves are written here, each
-citing the decision or sentence it pins.
+citing the decision or sentence it pins; they name no message: each is the one with its session
+role in the spec (``start``, ``resume``, each sender's ``event``...), so a renamed message still
+generates, and a case whose role the spec lacks is left out.
 """
 
 from __future__ import annotations
@@ -121,7 +123,7 @@ class _Builder:
     def __init__(self, protocol: Protocol) -> None:
         self.p = protocol
         self.examples = {m.type: m.examples[0].json for m in protocol.messages}
-        self.roles = {m.session: m for m in protocol.messages if m.session is not None}
+        self.roles = {m.session: m for m in protocol.messages if m.session not in (None, "event")}
         self.constants = {c.name: c.value for c in protocol.constants}
         self.errors = {e.code: e.code for e in protocol.errors}
         self.closes = {c.name: c.code for c in protocol.close_codes}

@@ -20,6 +20,7 @@ from codegen.breaking import Finding, compare, report
 from codegen.ir import Protocol
 from codegen.loader import SpecError
 from codegen.pipeline import check, generate, load_protocols
+from codegen.sessions import build_sessions
 from tests.conftest import ROOT
 
 Texts = dict[str, str]
@@ -461,6 +462,21 @@ def test_the_changes_that_load_generate_together(tmp_path: Path) -> None:
     assert '"dtmf.press"' in messages and '"dtmf.send"' not in messages
     sessions = (root / "generated" / "voxwire" / "ovp" / "sessions.jsonl").read_text()
     assert "agent.inject" in sessions and "agent.input" not in sessions
+
+
+def test_a_session_case_whose_role_is_gone_is_left_out(
+    protocols: dict[str, Protocol], tmp_path: Path
+) -> None:
+    before = {c["id"] for c in build_sessions(protocols["ovp"])}
+    texts = _texts()
+    replace(OVP, "  - type: session.resume\n    session: resume\n", "  - type: session.resume\n")(
+        texts
+    )
+    (after,) = [p for p in load_protocols(_write(texts, tmp_path)) if p.id == "ovp"]
+    left = {c["id"] for c in build_sessions(after)}
+    assert "ovp/session/gateway/handshake" in left
+    assert left < before
+    assert {i for i in before - left if "resume" not in i and "replay" not in i} == set()
 
 
 def test_every_change_is_documented() -> None:
