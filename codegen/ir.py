@@ -1165,6 +1165,12 @@ class _Resolver:
             offset += size
         if offset != f["size"]:
             self.fail((*path, "size"), f"the fields add up to {offset} bytes, not {f['size']}")
+        if fields and not any(x.enum is not None for x in fields[:-1]):
+            self.fail(
+                (*path, "fields"),
+                "no header field has an enum: the decoders check one (the direction) against "
+                "the sender",
+            )
         self._code(f["error"], (*path, "error"))
         header_names = [x.name for x in fields[:-1]]
         examples = []

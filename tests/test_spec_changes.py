@@ -78,6 +78,19 @@ NEW_MESSAGE = """\
 
 """
 
+CONTROL_FRAME = """\
+  - name: ControlFrame
+    description: A small control frame.
+    byte_order: big
+    size: 4
+    error: OVP_AUDIO_FRAME_INVALID
+    fields:  # ControlFrame
+      - {name: kind, type: u8, description: The kind.}
+      - {name: body, type: bytes, size: 3, description: The body.}
+    examples:
+      - {description: A frame., header: {kind: 1}, fill: "00"}
+"""
+
 DTMF_DURATION = "{name: duration_ms, type: integer, minimum: dtmf_min_duration_ms, "
 DTMF_SEND_EXAMPLE = 'digits: "2", duration_ms: 250}'
 FRAME_SEQ = "      - name: frame_seq\n        type: u32\n"
@@ -342,6 +355,16 @@ CHANGES = [
             "frames[0].fields[3].type: a u64 header field is not supported: the TypeScript "
             "binding reads header fields as numbers, exact only to 2^53; split it into two u32 "
             "fields",
+        ),
+    ),
+    Change(
+        "add-frame-without-a-direction",
+        (replace(OVP, "\ntransport:\n", "\n" + CONTROL_FRAME + "\ntransport:\n"),),
+        refused=(
+            OVP,
+            "    fields:  # ControlFrame",
+            "frames[1].fields: no header field has an enum: the decoders check one (the "
+            "direction) against the sender",
         ),
     ),
     Change(

@@ -542,6 +542,15 @@ CASES = [
         "as numbers, exact only to 2^53; split it into two u32 fields",
     ),
     Case(
+        "frame-without-an-enum-field",
+        "{name: direction, type: u8, enum: Direction, description: Which way.}",
+        "{name: direction, type: u8, description: Which way.}",
+        marker="    fields:\n      - {name: version, type: u8",
+        path="frames[0].fields",
+        message="no header field has an enum: the decoders check one (the direction) against "
+        "the sender",
+    ),
+    Case(
         "session-role-twice",
         "    summary: End the call.\n",
         "    summary: End the call.\n    session: end\n",
