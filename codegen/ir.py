@@ -1165,12 +1165,15 @@ class _Resolver:
             offset += size
         if offset != f["size"]:
             self.fail((*path, "size"), f"the fields add up to {offset} bytes, not {f['size']}")
-        if fields and not any(x.enum is not None for x in fields[:-1]):
+        direction = next((i for i, x in enumerate(fields[:-1]) if x.enum is not None), None)
+        if fields and direction is None:
             self.fail(
                 (*path, "fields"),
                 "no header field has an enum: the decoders check one (the direction) against "
                 "the sender",
             )
+        elif direction is not None:
+            self._check_direction(fields[direction], (*path, "fields", direction, "enum"))
         self._code(f["error"], (*path, "error"))
         header_names = [x.name for x in fields[:-1]]
         examples = []
@@ -1194,6 +1197,28 @@ class _Resolver:
             source=f.get("source"),
             decisions=self._decisions(f, path, f"frame {f['name']}"),
         )
+
+    def _check_direction(self, direction: FrameField, path: PathT) -> None:
+        """The direction enum names the sender of each value (``client_to_server``), which is
+        how the frame vectors know what each sender's frames carry."""
+        senders = [s["id"] for s in self.raw.data["senders"]]
+        assert direction.enum is not None
+        spelled = next(e for e in self.raw.data["enums"] if e["name"] == direction.enum.name)
+        if any("name" not in v for v in spelled["values"]):
+            return  # a value without its name is the problem, reported with the enum
+        named = {
+            s
+            for v in direction.enum.values
+            for s in senders
+            if v.py_name.lower().startswith(f"{s}_to_")
+        }
+        if named != set(senders):
+            wanted = ", ".join(f"{s}_to_..." for s in senders)
+            self.fail(
+                path,
+                f"the values of {direction.enum.name} name the sender of each direction "
+                f"({wanted}): none names {', '.join(sorted(set(senders) - named))}",
+            )
 
     def _check_networks(self, transport: dict[str, Any]) -> None:
         hosts = transport.get("plaintext_hosts")

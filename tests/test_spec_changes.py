@@ -368,6 +368,16 @@ CHANGES = [
         ),
     ),
     Change(
+        "rename-direction-values",
+        (everywhere("client_to_server", "uplink"), everywhere("server_to_client", "downlink")),
+        refused=(
+            OVP,
+            "        enum: FrameDirection",
+            "frames[0].fields[2].enum: the values of FrameDirection name the sender of each "
+            "direction (server_to_..., client_to_...): none names client, server",
+        ),
+    ),
+    Change(
         "limit-below-an-example",
         (
             replace(

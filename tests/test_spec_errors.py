@@ -94,8 +94,8 @@ enums:
   - name: Direction
     description: Which way a frame goes.
     values:
-      - {value: 0, name: inbound, description: To the agent.}
-      - {value: 1, name: outbound, description: From the agent.}
+      - {value: 0, name: server_to_agent, description: To the agent.}
+      - {value: 1, name: agent_to_server, description: From the agent.}
 
 types:
   - name: Caller
@@ -517,7 +517,7 @@ CASES = [
     ),
     Case(
         "integer-enum-value-without-name",
-        "{value: 1, name: outbound, description",
+        "{value: 1, name: agent_to_server, description",
         "{value: 1, description",
         marker="{value: 1, description",
         path="enums[1].values[1]",
@@ -549,6 +549,15 @@ CASES = [
         path="frames[0].fields",
         message="no header field has an enum: the decoders check one (the direction) against "
         "the sender",
+    ),
+    Case(
+        "frame-direction-names-no-sender",
+        "{value: 1, name: agent_to_server, description",
+        "{value: 1, name: outbound, description",
+        marker="{name: direction, type: u8, enum: Direction",
+        path="frames[0].fields[1].enum",
+        message="the values of Direction name the sender of each direction (server_to_..., "
+        "agent_to_...): none names agent",
     ),
     Case(
         "session-role-twice",
