@@ -13,14 +13,17 @@ import tempfile
 from pathlib import Path
 
 from fuzz.seeds import load_seeds
-from fuzz.targets import Target
+from fuzz.targets import Fuzzed, Target
 
 __all__ = ["fuzz_with_atheris"]
 
 
-def fuzz_with_atheris(target: Target, seconds: float, seed: int, time_bound: float) -> int:
+def fuzz_with_atheris(target: Fuzzed, seconds: float, seed: int, time_bound: float) -> int:
     """Run libFuzzer on one decoder for ``seconds``; an oracle finding stops it with the input
     saved (``crash-*``); returns libFuzzer's exit status otherwise."""
+    if not isinstance(target, Target):
+        print(f"atheris fuzzes the decoders, not {target.name}")
+        return 2
     try:
         import atheris  # type: ignore[import-untyped,import-not-found,unused-ignore]
     except ImportError:

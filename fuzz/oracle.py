@@ -28,7 +28,7 @@ import msgspec
 
 from voxwire.errors import ProtocolError
 
-__all__ = ["Finding", "FrameOracle", "MessageOracle", "Verdict"]
+__all__ = ["Finding", "FrameOracle", "MessageOracle", "Outcome", "Verdict", "exception_place"]
 
 Verdict = tuple[Any, ...]
 """("accepted", message) or ("refused", code, path, message_type)."""
@@ -143,7 +143,7 @@ class MessageOracle:
                 findings.append(Finding("escape", f"code {exc.code!r} is not the protocol's", data))
             return ("refused", exc.code, exc.path, exc.message_type)
         except Exception as exc:
-            findings.append(Finding("escape", f"decode: {_exception(exc)}", data))
+            findings.append(Finding("escape", f"decode: {exception_place(exc)}", data))
             return ("escaped", type(exc).__name__)
         return ("accepted", message)
 
@@ -156,7 +156,7 @@ class MessageOracle:
             )
             return
         except Exception as exc:
-            findings.append(Finding("escape", f"encode: {_exception(exc)}", data))
+            findings.append(Finding("escape", f"encode: {exception_place(exc)}", data))
             return
         if len(written) > self._limit:
             findings.append(Finding("round-trip", f"encode wrote {len(written)} bytes", data))
@@ -182,7 +182,7 @@ class MessageOracle:
             return
         except Exception as exc:
             findings.append(
-                Finding("escape", f"encode of {name}={_short(value)}: {_exception(exc)}", data)
+                Finding("escape", f"encode of {name}={_short(value)}: {exception_place(exc)}", data)
             )
             return
         try:
@@ -242,7 +242,7 @@ class FrameOracle:
                 findings.append(Finding("escape", f"code {exc.code!r} is not the protocol's", data))
             return ("refused", exc.code, exc.path)
         except Exception as exc:
-            findings.append(Finding("escape", f"decode_frame: {_exception(exc)}", data))
+            findings.append(Finding("escape", f"decode_frame: {exception_place(exc)}", data))
             return ("escaped", type(exc).__name__)
         header = tuple(getattr(frame, f.name) for f in msgspec.structs.fields(frame))[:-1]
         return ("accepted", header, bytes(frame.pcm))
@@ -282,7 +282,7 @@ class FrameOracle:
             return
         except Exception as exc:
             shown = {k: type(v).__name__ for k, v in fields.items()}
-            findings.append(Finding("escape", f"encode_frame {shown}: {_exception(exc)}", data))
+            findings.append(Finding("escape", f"encode_frame {shown}: {exception_place(exc)}", data))
             return
         try:
             again = self._decode(written)
@@ -313,7 +313,7 @@ def _views(data: bytes) -> list[tuple[str, Any]]:
     return views
 
 
-def _exception(exc: BaseException) -> str:
+def exception_place(exc: BaseException) -> str:
     where = exc.__traceback__
     while where is not None and where.tb_next is not None:
         where = where.tb_next

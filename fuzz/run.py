@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from fuzz.oracle import Finding
-from fuzz.targets import Target
+from fuzz.targets import Fuzzed
 
 __all__ = ["Report", "TargetReport", "run"]
 
@@ -65,7 +65,7 @@ class Report:
 
 
 def run(
-    targets: Sequence[Target],
+    targets: Sequence[Fuzzed],
     inputs: int,
     *,
     seed: int = 0,

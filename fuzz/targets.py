@@ -1,4 +1,5 @@
-"""The decoders the fuzzer judges: each sender's JSON decoder of each protocol, and OVP frames."""
+"""What the fuzzer judges: each sender's JSON decoder of each protocol, OVP frames, and
+``voxwire validate`` on captures (:mod:`fuzz.captures`)."""
 
 from __future__ import annotations
 
@@ -6,12 +7,14 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import import_module
+from typing import Protocol
 
+from fuzz.captures import ValidateTarget
 from fuzz.mutate import FrameMutator, MessageMutator
 from fuzz.oracle import FrameOracle, MessageOracle, Outcome
 from fuzz.seeds import load_seeds
 
-__all__ = ["TARGETS", "Target"]
+__all__ = ["TARGETS", "Fuzzed", "Target"]
 
 
 @dataclass(frozen=True)
@@ -40,11 +43,23 @@ class Target:
         return mutator, MessageOracle(module, self.sender, time_bound, judging)
 
 
-TARGETS = (
+class Fuzzed(Protocol):
+    """Anything the run feeds: a name, and its input generator and oracle from a seed."""
+
+    @property
+    def name(self) -> str: ...
+
+    def build(
+        self, seed: int, time_bound: float
+    ) -> tuple[Callable[[], bytes], Callable[[bytes], Outcome]]: ...
+
+
+TARGETS: tuple[Fuzzed, ...] = (
     Target("brisvox-server", "brisvox", "server"),
     Target("brisvox-agent", "brisvox", "agent"),
     Target("ovp-server", "ovp", "server"),
     Target("ovp-client", "ovp", "client"),
     Target("ovp-frames", "ovp", None),
+    ValidateTarget(),
 )
-"""Every decoder, named as the command line names them."""
+"""Every target, named as the command line names them."""

@@ -31,9 +31,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Final, Protocol, TypeAlias
 
+from voxwire import brisvox, ovp
+
 __all__ = [
     "CAPTURE_VERSION",
     "LINK_EVENTS",
+    "MAX_LINE_BYTES",
     "PROTOCOL_SENDERS",
     "CaptureError",
     "CaptureHeader",
@@ -59,6 +62,17 @@ PROTOCOL_SENDERS: Final[dict[str, tuple[str, str]]] = {
     "ovp": ("server", "client"),
 }
 """The two senders of each protocol, as a capture names them."""
+
+_JSON_ESCAPE_WIDTH: Final = 6
+"""The most bytes one byte of text takes in a JSON string (``\\u0000``)."""
+_LINE_OVERHEAD: Final = 1024
+"""Room for a line's own keys and its ``t`` beside the message."""
+MAX_LINE_BYTES: Final = (
+    _JSON_ESCAPE_WIDTH * max(brisvox.MAX_MESSAGE_BYTES, ovp.MAX_MESSAGE_BYTES) + _LINE_OVERHEAD
+)
+"""The longest capture line read, in bytes (its newline not counted): the largest message of
+either protocol with every byte escaped, and room for the rest. A longer line is a violation,
+skipped in constant memory."""
 
 
 class CaptureError(ValueError):

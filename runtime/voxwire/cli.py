@@ -31,7 +31,7 @@ from voxwire.demo.timeline import Style
 from voxwire.schema import json_schema
 from voxwire.validate import Note, Tally, check_capture
 
-__all__ = ["main"]
+__all__ = ["BUG_REPORT", "main"]
 
 PROTOCOLS = ("brisvox", "ovp")
 PROGRESS_AFTER = 2.0
@@ -42,6 +42,8 @@ STDIN = "-"
 """The FILE that names standard input."""
 INTERRUPTED = 130
 """The exit status after Ctrl-C (128 + SIGINT), as shells report it."""
+BUG_REPORT = "a bug in voxwire: please report it, with the file"
+"""The hint after a failure of voxwire's own (never the input's fault)."""
 
 
 class CommandError(Exception):
