@@ -332,7 +332,9 @@ class CaptureMutator:
         rng = self._rng
         depth = rng.choice(DEPTHS)
         nest = rng.choice(("[", "{"))
-        inner = ("[" * depth + "]" * depth) if nest == "[" else ('{"a":' * depth + "1" + "}" * depth)
+        inner = (
+            ("[" * depth + "]" * depth) if nest == "[" else ('{"a":' * depth + "1" + "}" * depth)
+        )
         where = rng.randrange(3)
         if where == 0:  # the line itself
             row: Any = inner.encode()
@@ -345,7 +347,9 @@ class CaptureMutator:
     def _long_line(self, capture: _Capture) -> None:
         """A line at the size bound, one byte over it, or far over it."""
         rng = self._rng
-        size = rng.choice((MAX_LINE_BYTES, MAX_LINE_BYTES + 1, MAX_LINE_BYTES - 1, 4 * MAX_LINE_BYTES))
+        size = rng.choice(
+            (MAX_LINE_BYTES, MAX_LINE_BYTES + 1, MAX_LINE_BYTES - 1, 4 * MAX_LINE_BYTES)
+        )
         head = b'{"t":0.1,"from":"server","text":"'
         fill = size - len(head) - 2
         row = head + rng.choice((b"a", b"\\n")) * (fill // 2) + b"a" * (fill % 2) + b'"}'
@@ -353,6 +357,8 @@ class CaptureMutator:
 
     def _header(self, capture: _Capture) -> None:
         rng = self._rng
+        if not isinstance(capture.header, dict):
+            return
         key = rng.choice(("capture", "version", "protocol", "recorded_by", "extra"))
         value = rng.choice(
             (None, 0, 1, 2, 3, "2", True, "ovp", "brisvox", "voxwire", "agent", "client", "")
@@ -411,7 +417,9 @@ class ValidateOracle:
         except KeyboardInterrupt:
             raise
         except BaseException as exc:  # everything else is a finding
-            return Outcome("escaped", [Finding("escape", f"validate: {exception_place(exc)}", data)])
+            return Outcome(
+                "escaped", [Finding("escape", f"validate: {exception_place(exc)}", data)]
+            )
         elapsed = time.process_time() - started
         findings = self._judge(status, out.getvalue(), err.getvalue(), data, args[2:])
         if elapsed > self._time_bound:
@@ -428,7 +436,7 @@ class ValidateOracle:
         given = f" ({' '.join(options)})" if options else ""
         errors = [line for line in err.splitlines() if PROGRESS not in line]
         if BUG_REPORT in err:
-            return [Finding("escape", errors[-1].removeprefix(f"voxwire validate: {name}: "), data)]
+            return [Finding("escape", _shape(errors[-1], name), data)]
         if status == 2:
             if out or len(errors) != 1 or not errors[0].startswith(f"voxwire validate: {name}"):
                 shown = f"{len(out.splitlines())} lines on stdout, stderr {_shape(err, name)}"
@@ -448,12 +456,20 @@ class ValidateOracle:
         for line in lines[:-1]:
             found = FINDING.fullmatch(line)
             if found is None or found["name"] != name or not 1 <= int(found["line"]) <= count:
-                return [Finding("output", f"not FILE:LINE: CODE: explanation{given}: {line[:100]!r}", data)]
+                return [
+                    Finding(
+                        "output", f"not FILE:LINE: CODE: explanation{given}: {line[:100]!r}", data
+                    )
+                ]
             violations += found["code"] != "note"
         said = int(summary["violations"].replace(",", ""))
         if said != violations or status != (1 if violations else 0):
             return [
-                Finding("exit", f"exit {status}, {violations} violation lines, summary {said}{given}", data)
+                Finding(
+                    "exit",
+                    f"exit {status}, {violations} violation lines, summary {said}{given}",
+                    data,
+                )
             ]
         return []
 

@@ -282,7 +282,9 @@ class FrameOracle:
             return
         except Exception as exc:
             shown = {k: type(v).__name__ for k, v in fields.items()}
-            findings.append(Finding("escape", f"encode_frame {shown}: {exception_place(exc)}", data))
+            findings.append(
+                Finding("escape", f"encode_frame {shown}: {exception_place(exc)}", data)
+            )
             return
         try:
             again = self._decode(written)

@@ -111,7 +111,8 @@ def test_capture_round_trip(tmp_path: Path) -> None:
     ("text", "problem"),
     [
         ("", "line 1: empty file"),
-        ("[]\n", "line 1: not a voxwire capture"),
+        ("[]\n", "line 1: the header is not one flat JSON object"),
+        ('{"capture":"pcap"}\n', "line 1: not a voxwire capture"),
         (
             '{"capture":"voxwire","version":3,"protocol":"ovp","recorded_by":"client"}\n',
             "line 1: capture version 3",
@@ -612,10 +613,7 @@ def test_a_resumed_brisvox_call_is_clean(
         (b"", ":1: empty file: no capture header"),
         (b"\xff\xfe\x00garbage\n", "not UTF-8 text"),
         (b'{"capture": "pcap"}\n', ":1: not a voxwire capture"),
-        (
-            b'{"capture":"voxwire","version":1,"protocol":"brisvox","recorded_by":"agent"}\n',
-            "is a brisvox capture (its header says so), not an ovp one",
-        ),
+        (b"[" * 100_000 + b"]" * 100_000, ":1: the header is not one flat JSON object"),
     ],
 )
 def test_validate_refuses_what_it_cannot_read_in_one_line(
@@ -629,6 +627,24 @@ def test_validate_refuses_what_it_cannot_read_in_one_line(
     assert done.stdout == ""
     assert done.stderr.startswith(f"voxwire validate: {path}") and done.stderr.count("\n") == 1
     assert message in done.stderr
+
+
+def test_validate_protocol_forces_its_rules_onto_a_capture(
+    demo: tuple[subprocess.CompletedProcess[str], Path], tmp_path: Path
+) -> None:
+    """--protocol ovp on a Brisvox capture: the header is a violation, and every line is judged
+    as OVP (the agent is no OVP sender; the engine's session.start no OVP session.start)."""
+    path = demo[1] / "brisvox.jsonl"
+    done = voxwire("validate", str(path), "--protocol", "ovp")
+    assert done.returncode == 1, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == (
+        f"{path}:1: capture: the header names protocol 'brisvox' (read as ovp, as --protocol says)"
+    )
+    assert lines[1].startswith(f"{path}:2: OVP_EVENT_SCHEMA_INVALID: session.start $.")
+    assert f"{path}:3: capture: from must be one of ('server', 'client'), not 'agent'" in lines
+    same = voxwire("validate", str(path), "--protocol", "brisvox")
+    assert same.returncode == 0 and same.stdout.endswith(" 0 violations\n")
 
 
 def test_validate_refuses_a_folder(tmp_path: Path) -> None:

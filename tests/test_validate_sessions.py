@@ -29,6 +29,15 @@ def _as_capture(case: Case) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _type(step: dict[str, object]) -> object:
+    """The wire type of a step's text, if it is a JSON object."""
+    try:
+        message = json.loads(str(step.get("text")))
+    except ValueError:
+        return None
+    return message.get("type") if isinstance(message, dict) else None
+
+
 def _judgements(capture: str) -> list[Judgement]:
     _, items = replay(io.StringIO(capture))
     judgements = [j for j in items if isinstance(j, Judgement)]
@@ -48,13 +57,26 @@ def test_every_case_gets_its_verdicts_from_validate(sessions: list[Case]) -> Non
 def test_every_error_verdict_is_a_violation_with_its_code(sessions: list[Case]) -> None:
     for case in sessions:
         _, findings = check_capture(io.StringIO(_as_capture(case)), Tally())
-        found = {f.line - 2: f.code for f in findings if isinstance(f, Violation)}
+        found = {f.line - 2: f.code for f in findings if isinstance(f, Violation) and f.line > 1}
         errors = {
             i: v["code"] for i, v in enumerate(case.expect["steps"]) if v["verdict"] == "error"
         }
         assert {i: found.get(i) for i in errors} == errors, (case.id, found)
         for i in set(found) - set(errors):  # what else broke a rule: the peer's doing
             assert case.expect["steps"][i]["verdict"] in ("ignored", "close", "sent"), (case.id, i)
+
+
+def test_a_case_without_session_start_is_a_violation(sessions: list[Case]) -> None:
+    """A capture holds a whole session, from its session.start; a case may begin later. Where
+    nothing else broke a rule, the missing start is a violation at line 1."""
+    for case in sessions:
+        _, findings = check_capture(io.StringIO(_as_capture(case)), Tally())
+        violations = [f for f in findings if isinstance(f, Violation)]
+        at_header = [f.text for f in violations if f.line == 1]
+        others = [f for f in violations if f.line > 1]
+        started = any(_type(s) == "session.start" for s in case.data["steps"])
+        expected = [] if started or others else ["no session.start: no session"]
+        assert at_header == expected, case.id
 
 
 def test_a_capture_writes_and_reads_link_events(tmp_path: pytest.TempPathFactory) -> None:

@@ -555,8 +555,8 @@ def field_of_refused(data: bytes | str, name: str) -> Any:
     (not a JSON object, or no such field): what a refusal echoes, such as a command's id."""
     try:
         value = _ANY.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-        return None
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, UnicodeEncodeError):
+        return None  # a str with a lone surrogate is no UTF-8 text either
     return value.get(name) if isinstance(value, dict) else None
 
 
@@ -566,8 +566,8 @@ def without_item(data: bytes | str, name: str, index: int) -> bytes | None:
     such item."""
     try:
         value = _ANY.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-        return None
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, UnicodeEncodeError):
+        return None  # a str with a lone surrogate is no UTF-8 text either
     items = value.get(name) if isinstance(value, dict) else None
     if not isinstance(items, list) or not 0 <= index < len(items):
         return None

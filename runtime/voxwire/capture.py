@@ -24,12 +24,15 @@ from __future__ import annotations
 
 import base64
 import binascii
+import itertools
 import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Final, Protocol, TypeAlias
+from typing import IO, Any, Final, Protocol, TypeAlias
+
+import msgspec
 
 from voxwire import brisvox, ovp
 
@@ -37,6 +40,7 @@ __all__ = [
     "CAPTURE_VERSION",
     "LINK_EVENTS",
     "MAX_LINE_BYTES",
+    "MAX_SECONDS",
     "PROTOCOL_SENDERS",
     "CaptureError",
     "CaptureHeader",
@@ -70,9 +74,19 @@ _LINE_OVERHEAD: Final = 1024
 MAX_LINE_BYTES: Final = (
     _JSON_ESCAPE_WIDTH * max(brisvox.MAX_MESSAGE_BYTES, ovp.MAX_MESSAGE_BYTES) + _LINE_OVERHEAD
 )
-"""The longest capture line read, in bytes (its newline not counted): the largest message of
+"""The longest capture line read, in bytes (its line end not counted): the largest message of
 either protocol with every byte escaped, and room for the rest. A longer line is a violation,
 skipped in constant memory."""
+MAX_SECONDS: Final = 2**53 / 10**6
+"""The latest ``t`` of a capture line, about 285 years: past it a double no longer holds the
+microseconds the writer keeps."""
+_CHUNK: Final = 1 << 16
+"""How much of a line over the bound is read at a time, to skip it."""
+_TOO_LONG: Final = (
+    f"a line of more than {MAX_LINE_BYTES:,} bytes (skipped): no message is that long in a capture"
+)
+_FLAT: Final = msgspec.json.Decoder(dict[str, str | int | float | bool | None])
+"""A capture line: one JSON object of scalars (nothing nested, so no depth to bound)."""
 
 
 class CaptureError(ValueError):
@@ -89,8 +103,9 @@ class CaptureHeader:
     """The first line of a capture."""
 
     protocol: str
-    recorded_by: str
-    """The role that wrote the capture (one of the protocol's senders)."""
+    recorded_by: str | None
+    """The role that wrote the capture (one of the protocol's senders); ``None`` where the
+    protocol was forced onto a capture whose header names no sender of it."""
     version: int = CAPTURE_VERSION
     """The format's version: 1 records no link events."""
 
@@ -204,58 +219,116 @@ class CaptureWriter:
 
 
 def read_capture(
-    lines: IO[str],
+    lines: IO[str] | IO[bytes], *, protocol: str | None = None
 ) -> tuple[CaptureHeader, Iterator[Frame | LinkEvent | CaptureError]]:
     """The header of a capture, and an iterator over its messages in file order.
 
     The iterator yields a ``CaptureError`` for a line it cannot read (and goes on with the
-    next), so a validator reports every broken line; a bad header raises it at once.
+    next), so a validator reports every broken line; a file that is no capture (empty, its first
+    line no capture header) raises it at once. Lines are read as bytes (or text) up to
+    :data:`MAX_LINE_BYTES` each. ``protocol`` reads the capture as that protocol's, whatever its
+    header says: a header naming another protocol, or a recorder that is not one of its senders,
+    is the iterator's first ``CaptureError`` (line 1), and ``recorded_by`` is then ``None``.
     """
-    first = lines.readline()
-    if not first:
+    rows = _rows(lines)
+    first = next(rows, None)
+    if first is None:
         raise CaptureError(1, "empty file: no capture header")
-    try:
-        head = json.loads(first)
-    except ValueError as exc:
-        raise CaptureError(1, f"the header is not JSON: {exc}") from None
-    if not isinstance(head, dict) or head.get("capture") != "voxwire":
+    if isinstance(first, CaptureError):
+        raise first
+    head = _object(1, first, "the header")
+    if head.get("capture") != "voxwire":
         raise CaptureError(1, 'not a voxwire capture (the header lacks "capture": "voxwire")')
     version = head.get("version")
     if version not in READ_VERSIONS or isinstance(version, bool):
         raise CaptureError(1, f"capture version {version!r}; this reads {READ_VERSIONS}")
-    protocol = head.get("protocol")
-    senders = PROTOCOL_SENDERS.get(protocol) if isinstance(protocol, str) else None
+    named, recorded_by = head.get("protocol"), head.get("recorded_by")
+    chosen = protocol if protocol is not None else named
+    senders = PROTOCOL_SENDERS.get(chosen) if isinstance(chosen, str) else None
     if senders is None:
-        raise CaptureError(1, f"unknown protocol {protocol!r}: one of {sorted(PROTOCOL_SENDERS)}")
-    recorded_by = head.get("recorded_by")
+        raise CaptureError(1, f"unknown protocol {chosen!r}: one of {sorted(PROTOCOL_SENDERS)}")
+    problems = [] if named == chosen else [f"the header names protocol {named!r}"]
     if recorded_by not in senders:
-        raise CaptureError(1, f"recorded_by must be one of {senders}, not {recorded_by!r}")
-    header = CaptureHeader(str(protocol), str(recorded_by), int(version))
-    return header, _frames(lines, senders, links=header.version >= 2)
+        problems.append(f"recorded_by must be one of {senders}, not {recorded_by!r}")
+        if protocol is None:
+            raise CaptureError(1, problems[-1])
+    recorder = str(recorded_by) if recorded_by in senders else None
+    header = CaptureHeader(str(chosen), recorder, int(version))
+    items = _frames(rows, senders, links=header.version >= 2)
+    if problems:
+        forced = CaptureError(1, f"{'; '.join(problems)} (read as {chosen}, as --protocol says)")
+        return header, itertools.chain((forced,), items)
+    return header, items
+
+
+def _rows(lines: IO[str] | IO[bytes]) -> Iterator[str | CaptureError]:
+    """Each line's text without its line end, from line 1: a line over the bound (skipped in
+    constant memory) or not UTF-8 is a ``CaptureError``; blank lines are ``""``."""
+    number = 0
+    while True:
+        raw: str | bytes = lines.readline(MAX_LINE_BYTES + 2)  # room for "\r\n"
+        if not raw:
+            return
+        number += 1
+        ended = raw[-1:] in ("\n", b"\n")
+        if not ended and len(raw) == MAX_LINE_BYTES + 2:
+            while raw and raw[-1:] not in ("\n", b"\n"):  # the rest of the line, a chunk at a time
+                raw = lines.readline(_CHUNK)
+            yield CaptureError(number, _TOO_LONG)
+            continue
+        if isinstance(raw, bytes):
+            content = raw.rstrip(b"\r\n")
+            size = len(content)
+            try:
+                text = content.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                yield CaptureError(number, f"not UTF-8 text ({exc.reason} at byte {exc.start})")
+                continue
+        else:
+            text = raw.rstrip("\r\n")
+            size = len(text.encode("utf-8", "surrogatepass"))
+        yield CaptureError(number, _TOO_LONG) if size > MAX_LINE_BYTES else text
+
+
+def _object(number: int, text: str, what: str) -> dict[str, Any]:
+    """A line's JSON object, which holds only strings, numbers, booleans and null."""
+    try:
+        return _FLAT.decode(text)
+    except msgspec.ValidationError as exc:
+        raise CaptureError(number, f"{what} is not one flat JSON object: {exc}") from None
+    except msgspec.DecodeError as exc:
+        strict = exc
+    try:  # NaN and lone surrogates, which strict JSON refuses, get the line's own words
+        value = json.loads(text)
+    except ValueError:
+        raise CaptureError(number, f"{what} is not JSON: {strict}") from None
+    except RecursionError:
+        raise CaptureError(number, f"{what} is not one flat JSON object: nested") from None
+    if not isinstance(value, dict) or any(isinstance(v, list | dict) for v in value.values()):
+        raise CaptureError(number, f"{what} is not one flat JSON object")
+    return value
 
 
 def _frames(
-    lines: IO[str], senders: tuple[str, str], *, links: bool
+    rows: Iterator[str | CaptureError], senders: tuple[str, str], *, links: bool
 ) -> Iterator[Frame | LinkEvent | CaptureError]:
-    for number, raw in enumerate(lines, start=2):
-        if not raw.strip():
-            continue
-        try:
-            yield _frame(number, raw, senders, links)
-        except CaptureError as exc:
-            yield exc
+    for number, row in enumerate(rows, start=2):
+        if isinstance(row, CaptureError):
+            yield row
+        elif row.strip():
+            try:
+                yield _frame(number, row, senders, links)
+            except CaptureError as exc:
+                yield exc
 
 
 def _frame(number: int, raw: str, senders: tuple[str, str], links: bool) -> Frame | LinkEvent:
-    try:
-        entry = json.loads(raw)
-    except ValueError as exc:
-        raise CaptureError(number, f"not JSON: {exc}") from None
-    if not isinstance(entry, dict):
-        raise CaptureError(number, "a capture line must be a JSON object")
+    entry = _object(number, raw, "a capture line")
     t = entry.get("t")
-    if isinstance(t, bool) or not isinstance(t, int | float) or t < 0:
-        raise CaptureError(number, f"t must be a number of seconds, not {t!r}")
+    if isinstance(t, bool) or not isinstance(t, int | float) or not 0 <= t <= MAX_SECONDS:
+        raise CaptureError(
+            number, f"t must be a number of seconds from 0 to {MAX_SECONDS:,}, not {t!r}"
+        )
     if "link" in entry:
         event = entry["link"]
         if not links:
@@ -275,7 +348,9 @@ def _frame(number: int, raw: str, senders: tuple[str, str], links: bool) -> Fram
     if kinds[0] == "text":
         return Frame(number, float(t), str(sender), value)
     try:
-        data = base64.b64decode(value, validate=True)
+        data = base64.b64decode(value.encode("ascii"), validate=True)
+    except UnicodeEncodeError:
+        raise CaptureError(number, "binary is not base64: it holds a non-ASCII character") from None
     except binascii.Error as exc:
         raise CaptureError(number, f"binary is not base64: {exc}") from None
     return Frame(number, float(t), str(sender), data)

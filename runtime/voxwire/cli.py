@@ -86,38 +86,52 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    name = "<stdin>" if args.file == STDIN else args.file
+    name = "<stdin>" if args.file == STDIN else _printable(args.file)
     try:
         stdin = args.file == STDIN
-        raw = open(sys.stdin.fileno() if stdin else name, "rb", closefd=not stdin)  # noqa: SIM115
+        raw = open(sys.stdin.fileno() if stdin else args.file, "rb", closefd=not stdin)  # noqa: SIM115
     except OSError as exc:
         raise CommandError(f"{name}: {exc.strerror or exc}") from None
     tally = Tally()
-    progress = _Progress(raw, name)
-    with progress, io.TextIOWrapper(io.BufferedReader(progress), encoding="utf-8") as lines:
+    with _Progress(raw, name) as progress, io.BufferedReader(progress) as lines:
         try:
-            header, findings = check_capture(lines, tally)
-            if args.protocol not in (None, header.protocol):
-                raise CommandError(
-                    f"{name} is {_a(header.protocol)} capture (its header says so), "
-                    f"not {_a(args.protocol)} one"
-                )
+            _, findings = check_capture(lines, tally, protocol=args.protocol)
             for finding in findings:
                 code = "note" if isinstance(finding, Note) else finding.code
-                print(f"{name}:{finding.line}: {code}: {finding.text}")
+                print(f"{name}:{finding.line}: {code}: {_printable(finding.text)}")
         except CaptureError as exc:
-            raise CommandError(f"{name}:{exc.line}: {exc.problem}") from None
-        except UnicodeDecodeError as exc:
-            raise CommandError(f"{name}: not UTF-8 text ({exc.reason})") from None
-        except BrokenPipeError:
+            raise CommandError(f"{name}:{exc.line}: {_printable(exc.problem)}") from None
+        except (BrokenPipeError, KeyboardInterrupt):
             raise
         except OSError as exc:
             raise CommandError(f"{name}: {exc.strerror or exc}") from None
+        except Exception as exc:  # voxwire's own failure: said in one line, with where
+            where = f"{type(exc).__name__} at {_raised_at(exc)}: {_printable(str(exc))[:200]}"
+            raise CommandError(
+                f"{name}: voxwire failed at line {tally.line} ({where}); {BUG_REPORT}"
+            ) from None
     print(
         f"{name}: {_count(tally.messages, 'message')}, {_count(tally.frames, 'frame')}, "
         f"{_count(tally.violations, 'violation')}"
     )
     return 0 if tally.violations == 0 else 1
+
+
+def _printable(text: str) -> str:
+    """``text`` on one line and writable as UTF-8: line breaks, control characters and lone
+    surrogates (from a file name or a message) escaped."""
+    escaped = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return "".join(ch if ch.isprintable() or ch == " " else ascii(ch)[1:-1] for ch in escaped)
+
+
+def _raised_at(exc: BaseException) -> str:
+    """The file and line an exception was raised at."""
+    where = exc.__traceback__
+    while where is not None and where.tb_next is not None:
+        where = where.tb_next
+    if where is None:
+        return "an unknown place"
+    return f"{Path(where.tb_frame.f_code.co_filename).name}:{where.tb_lineno}"
 
 
 def _count(number: int, noun: str) -> str:
@@ -224,7 +238,8 @@ def _parser() -> argparse.ArgumentParser:
         "validate",
         help="check a capture against the spec and the session rules",
         description="Check a recorded session (a capture, see docs/capture.md) and print every "
-        "violation as FILE:LINE: CODE: explanation. Exit status 0 only for a clean capture.",
+        "violation as FILE:LINE: CODE: explanation. Exit status 0 for a clean capture, 1 for "
+        "violations, 2 for a file that is no capture (or a failure of voxwire's own).",
     )
     validate.add_argument(
         "file", metavar="FILE", help=f"the capture (.jsonl); {STDIN} reads standard input"
@@ -232,7 +247,7 @@ def _parser() -> argparse.ArgumentParser:
     validate.add_argument(
         "--protocol",
         choices=PROTOCOLS,
-        help="the protocol the capture must be (default: the one its header names)",
+        help="judge the capture by this protocol's rules (default: the one its header names)",
     )
     validate.set_defaults(run=_cmd_validate)
     schema = commands.add_parser("schema", help="print the JSON Schema of a protocol or message")

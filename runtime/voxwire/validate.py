@@ -20,6 +20,8 @@ crossed it in flight, and is judged by that side's core as it stood before.
 So every rule and every message text is the cores' own. Each broken rule is a
 :class:`Violation` at its line of the capture, with the protocol's error code: one a line (the
 sender's refusal first), and none for the rest of a link a core closed over a broken rule. A
+message no side's core can judge (no session has begun to judge it in) is a violation too, and
+so is a capture that breaks no other rule but holds no ``session.start`` (at line 1). A
 frame_seq gap is a :class:`Note` (OVP allows it: lost audio), and so is a session the peer
 declined (Brisvox ``session.reject``).
 """
@@ -35,7 +37,7 @@ import msgspec
 
 from voxwire import brisvox, ovp
 from voxwire.capture import CaptureError, CaptureHeader, Frame, LinkEvent, read_capture
-from voxwire.conformance.sessions import PLAYERS, Judged, Player, Step
+from voxwire.conformance.sessions import BROKEN_CODE, PLAYERS, Judged, Player, Step
 from voxwire.errors import ProtocolError
 
 __all__ = [
@@ -90,6 +92,8 @@ class Tally:
     frames: int = 0
     """Binary messages."""
     violations: int = 0
+    line: int = 1
+    """The line read last (where a failure of voxwire's own happened)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,21 +107,26 @@ class Judgement:
     start yet (no session to speak of) is missing."""
 
 
-def check_capture(lines: IO[str], tally: Tally) -> tuple[CaptureHeader, Iterator[Finding]]:
+def check_capture(
+    lines: IO[str] | IO[bytes], tally: Tally, *, protocol: str | None = None
+) -> tuple[CaptureHeader, Iterator[Finding]]:
     """The capture's header, and its findings in line order as it is read (``tally`` counts).
 
+    ``protocol`` judges the capture by that protocol's rules, whatever its header says.
     Raises :class:`~voxwire.capture.CaptureError` for a file that is no capture.
     """
-    header, judgements = replay(lines)
+    header, judgements = replay(lines, protocol=protocol)
     return header, _findings(header.protocol, judgements, tally)
 
 
-def replay(lines: IO[str]) -> tuple[CaptureHeader, Iterator[Judgement | CaptureError]]:
+def replay(
+    lines: IO[str] | IO[bytes], *, protocol: str | None = None
+) -> tuple[CaptureHeader, Iterator[Judgement | CaptureError]]:
     """The capture's header, and each line's judgement by both sides' cores, as it is read.
 
     Raises :class:`~voxwire.capture.CaptureError` for a file that is no capture.
     """
-    header, items = read_capture(lines)
+    header, items = read_capture(lines, protocol=protocol)
     return header, _Replay(header).run(items)
 
 
@@ -129,8 +138,12 @@ class _Replay:
         self.sides = SIDE_OF[header.protocol]
         self.players: dict[str, Player] = {}
         self.recorder = header.recorded_by
-        self.peer = self.sides[next(s for s in self.sides if s != header.recorded_by)]
-        """The side that did not record: its messages and the recorder's may cross in flight."""
+        recorder = header.recorded_by
+        self.peer = next(
+            (side for s, side in self.sides.items() if recorder not in (None, s)), None
+        )
+        """The side that did not record: its messages and the recorder's may cross in flight
+        (none where the recorder is not known)."""
         self.unread: Player | None = None
         """The peer's player as it was before the recorder's messages since the peer's last
         one: the state the peer may still have been in when it sent its next message."""
@@ -157,7 +170,7 @@ class _Replay:
 
     def _judge(self, line: int, step: Step) -> Judgement:
         sender = step.get("from")
-        peer = self.players.get(self.peer)
+        peer = None if self.peer is None else self.players.get(self.peer)
         if sender == self.recorder and self.unread is None and peer is not None:
             self.unread = copy.deepcopy(peer)
         judged: dict[str, Judged] = {}
@@ -167,7 +180,7 @@ class _Replay:
                 player = self._start(side, step)
             if player is not None:
                 judged[side] = player.step(step)
-        if sender is not None and sender != self.recorder:
+        if sender is not None and self.recorder not in (None, sender):
             self._crossed(step, judged)
             self.unread = None
         return Judgement(line, step, judged)
@@ -176,8 +189,8 @@ class _Replay:
         """A message the peer's core refuses only because of what the recorder wrote after the
         peer's last message (a session.end, an end command) crossed it in flight: the peer's
         core, as it stood before those, judges it instead."""
-        refused = judged.get(self.peer)
-        if self.unread is None or refused is None or refused.code is None:
+        refused = None if self.peer is None else judged.get(self.peer)
+        if self.unread is None or self.peer is None or refused is None or refused.code is None:
             return
         before = self.unread.step(step)
         if before.code is None:
@@ -218,8 +231,25 @@ _TYPE: Final = msgspec.json.Decoder(_Type)
 def _type_of(text: str) -> Any:
     try:
         return _TYPE.decode(text).type
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return None
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, UnicodeEncodeError):
+        return None  # not a message (a lone surrogate is no UTF-8): the cores say why
+
+
+_MODULES: Final = {"brisvox": brisvox, "ovp": ovp}
+_STARTS: Final = {"brisvox": brisvox.SessionStart.type, "ovp": ovp.SessionStart.type}
+"""The message that begins a session, sent by the server in both protocols."""
+
+
+def _unjudged(protocol: str, line: int, step: Step) -> Violation:
+    """A message no side's core could take up: no session had begun to judge it in."""
+    start = _STARTS[protocol]
+    if "binary" in step:
+        return Violation(line, BROKEN_CODE[protocol], f"a binary frame before the {start}")
+    try:
+        message = _MODULES[protocol].decode(step["text"], step["from"])
+    except ProtocolError as exc:
+        return Violation(line, exc.code, str(exc).removeprefix(f"{exc.code}: "))
+    return Violation(line, BROKEN_CODE[protocol], f"{message.type} before the {start}")
 
 
 class _Gap:
@@ -254,13 +284,20 @@ class _Findings:
     reported: int = 0
     """The last line with a violation (an inferred link event shares its message's line)."""
     gaps: dict[str, _Gap] = field(default_factory=dict)
+    started: bool = False
+    """A session.start from the server was read (valid or not: the cores judge it)."""
 
     def of(self, judgement: Judgement) -> list[Finding]:
         step, line = judgement.step, judgement.line
         if step.get("link") == "open":
             self.quiet = False
+        if "text" in step and step["from"] == "server" and not self.started:
+            self.started = _type_of(step["text"]) == _STARTS[self.protocol]
         if self.quiet:
             return []
+        if not judgement.sides and "link" not in step:
+            self.reported = line
+            return [_unjudged(self.protocol, line, step)]
         sides = SIDE_OF[self.protocol]
         sender = sides.get(step.get("from", ""))
         order = [sender, *(s for s in judgement.sides if s != sender)]
@@ -286,6 +323,7 @@ def _findings(
 ) -> Iterator[Finding]:
     findings = _Findings(protocol)
     for judgement in judgements:
+        tally.line = judgement.line
         if isinstance(judgement, CaptureError):
             found: list[Finding] = [Violation(judgement.line, CAPTURE_CODE, judgement.problem)]
         else:
@@ -295,7 +333,14 @@ def _findings(
             elif "binary" in step:
                 tally.frames += 1
             found = findings.of(judgement)
-        for finding in found:
-            if isinstance(finding, Violation):
-                tally.violations += 1
-            yield finding
+        yield from _counted(found, tally)
+    if not findings.started and tally.violations == 0:  # else the first violation said so
+        start = _STARTS[protocol]
+        yield from _counted([Violation(1, BROKEN_CODE[protocol], f"no {start}: no session")], tally)
+
+
+def _counted(found: list[Finding], tally: Tally) -> Iterator[Finding]:
+    for finding in found:
+        if isinstance(finding, Violation):
+            tally.violations += 1
+        yield finding

@@ -53,7 +53,7 @@ from voxwire.ovp.gateway_core import (
 )
 from voxwire.sansio import Close, Ignored, SendText
 
-__all__ = ["PLAYERS", "Judged", "Player", "Step", "Verdict", "play"]
+__all__ = ["BROKEN_CODE", "PLAYERS", "Judged", "Player", "Step", "Verdict", "play"]
 
 Verdict = dict[str, Any]
 """A step's verdict as JSON (docs/conformance.md, "Sessions")."""
@@ -61,7 +61,7 @@ Step = dict[str, Any]
 """A case's step, or a capture line: ``{"t", "from", "text"}``, ``{"t", "from", "binary"}``
 (bytes) or ``{"t", "link"}``."""
 _ENVELOPE: Final = ("type", "seq", "ts", "session_id")
-_BROKEN: Final = {
+BROKEN_CODE: Final = {
     "brisvox": brisvox.ErrorCode.BAD_MESSAGE,
     "ovp": ovp.ErrorCode.OVP_EVENT_SCHEMA_INVALID,
 }
@@ -131,7 +131,7 @@ def _refused(error: ProtocolError | Exception, protocol: str) -> Judged:
     """A message the sender's core would not send: its encoder or its state refuses it."""
     if isinstance(error, ProtocolError):
         return Judged({"verdict": "refused"}, error.code, _detail(error))
-    return Judged({"verdict": "refused"}, _BROKEN[protocol], str(error))
+    return Judged({"verdict": "refused"}, BROKEN_CODE[protocol], str(error))
 
 
 def _sent(seq: int, captured: int) -> Judged:
@@ -261,7 +261,7 @@ def _judge(out: list[GatewayOutput], link: int) -> Judged:
         return Judged({"verdict": "replay", "seqs": [_PEEK.decode(data).seq for data in texts]})
     if closes:
         return Judged(
-            {"verdict": "close", "close": int(closes[0].code)}, _BROKEN["ovp"], closes[0].reason
+            {"verdict": "close", "close": int(closes[0].code)}, BROKEN_CODE["ovp"], closes[0].reason
         )
     if any(isinstance(o, ClientEvent | AudioIn) for o in out):
         return Judged({"verdict": "accepted"})
@@ -422,7 +422,9 @@ def _judge_agent(out: list[AgentOutput]) -> Judged:
         return Judged(verdict, refused[0].code, _detail(refused[0]))
     if closes:
         why = failed[0] if failed else closes[0].reason
-        return Judged({"verdict": "close", "close": int(closes[0].code)}, _BROKEN["brisvox"], why)
+        return Judged(
+            {"verdict": "close", "close": int(closes[0].code)}, BROKEN_CODE["brisvox"], why
+        )
     if any(isinstance(o, (StartReceived, EventReceived, ToolCallStarted)) for o in out):
         return Judged({"verdict": "accepted"})
     return _ignored(out)
@@ -488,6 +490,8 @@ class _Engine:
             return _refused(ValueError("the engine writes no binary frames"), "brisvox")
         try:
             message: Any = brisvox.decode(step["text"], "server")
+            if isinstance(message, brisvox.UnknownMessage):  # a later version's: not this core's
+                return Judged(_SENT)
             if isinstance(message, brisvox.SessionUsage):  # end_call writes it with the end
                 self.usage = message
                 return Judged(_SENT)
@@ -555,7 +559,9 @@ def _judge_engine(out: list[EngineOutput]) -> Judged:
         )
     if closes:
         why = failed[0] if failed else closes[0].reason
-        return Judged({"verdict": "close", "close": int(closes[0].code)}, _BROKEN["brisvox"], why)
+        return Judged(
+            {"verdict": "close", "close": int(closes[0].code)}, BROKEN_CODE["brisvox"], why
+        )
     accepted = [o for o in out if isinstance(o, AgentAccepted)]
     if accepted or any(isinstance(o, CommandReceived) for o in out):
         problems = accepted[0].problems if accepted else ()

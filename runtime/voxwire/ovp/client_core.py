@@ -212,6 +212,8 @@ class ClientCore:
         """A connection opened: wait for ``session.start``, or resume a started session."""
         if self.state is ClientState.OVER:
             raise SessionStateError("the session is over")
+        if ClientInput.CONNECT not in CLIENT_TRANSITIONS[self.state]:
+            raise SessionStateError(f"a connection opened while the link is {self.state.value}")
         resuming = self.state is ClientState.DROPPED
         self._go(ClientInput.CONNECT)
         if not resuming:
