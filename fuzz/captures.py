@@ -86,6 +86,7 @@ JUNK_LINES: Final = (
     b'{"t":0.1,"from":"server","text":"a","text":"b"}',
 )
 DEPTHS: Final = (1, 2, 3, 1000, 100_000)
+EDGE_TS: Final = ("2026-05-14T12:34:56Z", "9999-12-31T23:59:59.999Z", "0001-01-01T00:00:00Z")
 UNKNOWN_TYPES: Final = ("future.event", "x", "session.started", "TYPE")
 
 
@@ -307,7 +308,7 @@ class CaptureMutator:
         if isinstance(value, int) and not isinstance(value, bool):
             message[key] = value + self._rng.choice((-1, 1, 2, -(2**40)))
         else:
-            message[key] = self._rng.choice(("", "2026-05-14T12:34:56Z", 0, None))
+            message[key] = self._rng.choice(("", 0, None, *EDGE_TS))
         line["text"] = json.dumps(message)
 
     def _junk_text(self, capture: _Capture) -> None:

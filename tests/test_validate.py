@@ -202,3 +202,18 @@ def test_a_peer_message_that_crossed_the_recorders_in_flight_breaks_no_rule() ->
     assert _check(_ovp_crossing("client")) == [
         Violation(5, "OVP_EVENT_SCHEMA_INVALID", "no live session: the session is over")
     ]
+
+
+def test_a_server_message_of_an_unknown_type_is_legal() -> None:
+    """Forward compatibility: the agent ignores it, the engine's player lets it pass (was
+    AttributeError: 'UnknownMessage' object has no attribute 'seq', in the engine core)."""
+    unknown = {"type": "future.event", "seq": 6, "t_ms": 60, "anything": [1, {"a": None}]}
+    capture = _capture(
+        "brisvox", _call(("server", unknown), ("server", _brisvox_server("user.text", 7)))
+    )
+    assert _check(capture) == []
+    unknown["seq"] = 7  # its envelope still holds: seq +1
+    found = _check(_capture("brisvox", _call(("server", unknown))))
+    assert [(f.line, f.code, f.text) for f in found if isinstance(f, Violation)] == [
+        (8, "bad_message", "future.event $.seq: seq 7 after 5: +1 a message on a link")
+    ]

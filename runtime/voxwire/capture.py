@@ -282,7 +282,8 @@ def _rows(lines: IO[str] | IO[bytes]) -> Iterator[str | CaptureError]:
             try:
                 text = content.decode("utf-8")
             except UnicodeDecodeError as exc:
-                yield CaptureError(number, f"not UTF-8 text ({exc.reason} at byte {exc.start})")
+                where = f"byte {exc.start + 1} of the line"
+                yield CaptureError(number, f"not UTF-8 text ({exc.reason}: {where})")
                 continue
         else:
             text = raw.rstrip("\r\n")

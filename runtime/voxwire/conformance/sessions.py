@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Final, Protocol
 
 import msgspec
@@ -40,6 +40,7 @@ from voxwire.brisvox.engine_core import (
     ToolFinished,
 )
 from voxwire.brisvox.outputs import BadMessage, HandshakeFailed
+from voxwire.capture import MAX_SECONDS
 from voxwire.errors import ProtocolError
 from voxwire.ovp._session import AudioIn, Sent, SessionOver, SessionStateError
 from voxwire.ovp.client_core import ClientCore, ClientOutput, Rejected, ServerEvent
@@ -66,6 +67,10 @@ BROKEN_CODE: Final = {
     "ovp": ovp.ErrorCode.OVP_EVENT_SCHEMA_INVALID,
 }
 """The code of a broken rule the core names no code for (a close, a refused send)."""
+_LATEST_EPOCH: Final = datetime(9999, 12, 31, tzinfo=UTC).timestamp() - MAX_SECONDS
+"""The latest epoch a player gives a core: its clock then runs for a whole capture without
+passing what a ``ts`` can carry (year 9999). A core's own ts is never compared with the
+capture's, so a later one, which a session.start of 9999-12-31 implies, changes no verdict."""
 _DONE: Final[Verdict] = {"verdict": "done"}
 _SENT: Final[Verdict] = {"verdict": "sent"}
 
@@ -111,7 +116,7 @@ def _session_of(first: Step) -> tuple[str, float]:
     if isinstance(message, ovp.UnknownMessage):
         raise ValueError(f"the first message is of an unknown type {message.type!r}")
     ts = datetime.fromisoformat(str(message.ts).replace("Z", "+00:00")).timestamp()
-    return str(message.session_id), ts - float(first["t"])
+    return str(message.session_id), min(ts - float(first["t"]), _LATEST_EPOCH)
 
 
 def _fields(message: Any) -> dict[str, Any]:
