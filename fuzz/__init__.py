@@ -5,7 +5,8 @@ mutations of the spec's examples and of the conformance vectors, and every answe
 one oracle: only the protocol's ``ProtocolError``, with one of the protocol's codes, escapes; a
 message that is accepted is written again by ``encode`` and reads back equal; the same bytes
 give the same verdict as ``bytes``, ``str``, ``bytearray`` and ``memoryview``; and no input
-takes longer than a bound.
+takes longer than a bound. The ``validate`` target runs ``voxwire validate`` on mutated captures
+and holds it to its own promise (:mod:`fuzz.captures`).
 """
 
 from __future__ import annotations
