@@ -137,8 +137,7 @@ class _Replay:
         self.protocol = header.protocol
         self.sides = SIDE_OF[header.protocol]
         self.players: dict[str, Player] = {}
-        self.recorder = header.recorded_by
-        recorder = header.recorded_by
+        self.recorder = recorder = header.recorded_by
         self.peer = next(
             (side for s, side in self.sides.items() if recorder not in (None, s)), None
         )
