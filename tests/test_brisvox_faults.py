@@ -257,3 +257,46 @@ async def test_200_concurrent_calls_with_every_ping_answered() -> None:
     assert len([e for e in seen.events if isinstance(e, brisvox.UserText)]) == 3 * CALLS
     assert total < 15.0, f"{CALLS} calls took {total:.1f} s (handshakes {handshakes:.2f} s)"
     print(f"\n{CALLS} calls: handshakes {handshakes:.2f} s, whole run {total:.2f} s")
+
+
+class Written:
+    """A recorder that keeps what the engine wrote."""
+
+    def __init__(self) -> None:
+        self.types: list[str] = []
+        self.lost = 0
+
+    def record(self, sender: str, data: str | bytes) -> None:
+        if sender == "server" and isinstance(data, str):
+            message = json.loads(data)
+            self.types.append(message["type"])
+            if message["type"] == brisvox.EventsLost.type:
+                self.lost += message["count"]
+
+    def link(self, event: str) -> None:
+        pass
+
+
+@aio
+async def test_events_lost_counts_each_event_the_agent_never_got_once() -> None:
+    sent, written = 3000, Written()
+    async with (
+        AgentServer(Seen(), token=None, resume=True) as server,
+        FaultProxy(server.port) as proxy,
+        AgentCall.open(
+            proxy.url,
+            clock=ScaledClock(20),  # the 2 s drain timeout passes in 0.1 s
+            settings=LinkSettings(event_queue=64),
+            record=written,
+        ) as call,
+    ):
+        proxy.stall()  # the writer blocks, the queue fills and drops; then the link goes down
+        for n in range(sent):
+            call.event(brisvox.BotText(seq=0, t_ms=0, epoch=1, text=f"{n:04} " + "x" * 4000))
+            if n % 100 == 0:
+                await asyncio.sleep(0.01)
+        await _until(lambda: _resumed(call))
+        await _until(lambda: _resumed(call) and call.link.up and not call.link.pending)
+        delivered = written.types.count(brisvox.BotText.type)
+        assert 0 < written.lost == sent - delivered
+        assert call.link.events_lost == written.lost

@@ -938,7 +938,9 @@ class _Counts:
     def add(self, link: Link) -> None:
         self.pings += link.pings
         self.pongs += link.pongs
-        self.lost += link.outbound.lost_total
+        # Only the drops its events.lost reported: those it never reported went to the core's
+        # outage count with the rest the link took down with it (counted once, there).
+        self.lost += link.outbound.lost_total - link.outbound.lost
 
 
 _SENDABLE: Final = (*get_args(Event), ErrorEvent)
