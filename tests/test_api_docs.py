@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import importlib
 import os
 import pydoc
 import re
@@ -12,13 +13,43 @@ import sys
 import pytest
 
 from tests.conftest import ROOT
+from tests.public import public_modules
 from voxwire import brisvox, ovp
+
+DOTTED = re.compile(r"``(voxwire(?:\.\w+)+)``")
+"""A dotted voxwire name a docstring cites."""
 
 ROLE = re.compile(r":(?:py:)?(?:class|meth|attr|func|mod|data|exc|obj|const):`")
 
 
 def _help(thing: object) -> str:
     return pydoc.render_doc(thing, renderer=pydoc.plaintext)
+
+
+def _resolves(dotted: str) -> bool:
+    """Whether ``dotted`` names a module, or a name inside one, that exists."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            found: object = importlib.import_module(".".join(parts[:cut]))
+        except ModuleNotFoundError:
+            continue
+        for part in parts[cut:]:
+            if not hasattr(found, part):
+                return False
+            found = getattr(found, part)
+        return True
+    return False
+
+
+def test_every_name_a_module_docstring_cites_exists() -> None:
+    cited = {
+        (module.__name__, dotted)
+        for module in public_modules()
+        for dotted in DOTTED.findall(module.__doc__ or "")
+    }
+    assert len(cited) > 10  # the pattern finds what the docstrings cite
+    assert [c for c in sorted(cited) if not _resolves(c[1])] == []
 
 
 def test_help_of_a_message_shows_every_field_with_its_description() -> None:

@@ -2,8 +2,9 @@
 
 Every generated name (the messages, ``decode``, ``encode``, the constants and error codes) is
 importable from here; the roles are submodules: ``voxwire.brisvox.agent`` (the engine connects
-to you), ``voxwire.brisvox.engine`` (you connect to an agent), ``voxwire.brisvox.core`` (their
-sans-I/O state machines) and ``voxwire.brisvox.testing`` (plays calls to your agent in tests).
+to you), ``voxwire.brisvox.engine`` (you connect to an agent), ``voxwire.brisvox.agent_core`` and
+``voxwire.brisvox.engine_core`` (their sans-I/O state machines) and ``voxwire.brisvox.testing``
+(plays calls to your agent in tests).
 
 ```python
 from voxwire import brisvox
