@@ -515,3 +515,33 @@ async def test_the_caller_identity_is_sent_only_when_opted_in() -> None:
             await link.end()
         await _wait_until(lambda: len(starts) == 2)
     assert starts[0].call == identity and starts[1].call is UNSET
+
+
+@aio
+async def test_the_harness_records_what_the_engine_refused_and_expect_names_it() -> None:
+    blank = '{"type": "say", "id": "c2", "text": ""}'
+
+    async def blank_say(ws: ServerConnection) -> None:  # an agent not written with voxwire
+        await ws.recv()
+        await ws.send('{"type": "session.accept", "version": 1, "tools": []}')
+        for message in ('{"type": "say", "id": "c1", "text": "Hi."}', blank):
+            await ws.send(message)
+        await ws.send('{"type": "say", "id": "c3", "text": "Bye."}')
+        await ws.wait_closed()
+
+    async with serve(blank_say, "127.0.0.1", 0, compression=None) as server:
+        port = server.sockets[0].getsockname()[1]
+        async with AgentCall.open(f"ws://127.0.0.1:{port}") as call:
+            assert (await call.expect(brisvox.Say)).text == "Hi."
+            with pytest.raises(AssertionError, match=r"refused .*invalid_argument: say \$\.text"):
+                await call.expect(brisvox.Say, timeout=DEADLINE)
+            assert (await call.expect(brisvox.Say)).text == "Bye."
+            [refused] = call.refused
+            assert refused.error.code == brisvox.ErrorCode.INVALID_ARGUMENT
+            assert refused.data == blank and refused.after == 1
+            assert [say.text for say in call.sent if isinstance(say, brisvox.Say)] == [
+                "Hi.",
+                "Bye.",
+            ]
+            with pytest.raises(TimeoutError, match=r"no say from the agent within 0\.05 s"):
+                await call.expect(brisvox.Say, timeout=0.05)

@@ -12,8 +12,9 @@ assert [type(c).__name__ for c in call.sent] == ["Say"]
 ```
 
 Every command the agent sends is recorded in :attr:`AgentCall.sent` and answered (ok, or the
-failure :attr:`AgentCall.refuse` names for its type); link changes land in
-:attr:`AgentCall.notices`.
+failure :attr:`AgentCall.refuse` names for its type); a message the engine refused instead (a
+blank ``say`` from an agent not written with voxwire) in :attr:`AgentCall.refused`, and
+:meth:`AgentCall.expect` fails naming it; link changes land in :attr:`AgentCall.notices`.
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from voxwire.brisvox.codec import decode
 from voxwire.brisvox.engine import AgentTarget, EngineLink, PendingTool
 from voxwire.brisvox.engine_core import (
     AgentAccepted,
@@ -32,7 +35,9 @@ from voxwire.brisvox.engine_core import (
     ToolFinished,
     ToolOverdue,
 )
+from voxwire.brisvox.errors import ErrorCode, ProtocolError
 from voxwire.brisvox.messages import (
+    COMMAND_TYPES,
     CallIdentity,
     Capabilities,
     Command,
@@ -42,12 +47,12 @@ from voxwire.brisvox.messages import (
     ToolDeclaration,
 )
 from voxwire.brisvox.outputs import HandshakeFailed
-from voxwire.capture import Record
+from voxwire.capture import Record, Recorder, open_recorder
 from voxwire.clock import SYSTEM_CLOCK, Clock
 from voxwire.errors import HandshakeError
 from voxwire.hosts import check_url
 
-__all__ = ["AgentCall", "AgentRefused"]
+__all__ = ["AgentCall", "AgentRefused", "Refused"]
 
 C = TypeVar("C", bound=Command)
 
@@ -59,21 +64,73 @@ class AgentRefused(HandshakeError, AssertionError):
     """The agent did not take the call (it rejected it, or the handshake failed)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A message of the agent the engine refused after the handshake, never taking it: it was
+    answered with a failed ``command.result`` or an ``error`` event."""
+
+    data: str | bytes
+    """The message as the agent sent it."""
+    error: ProtocolError
+    """What was wrong with it (its code is the one the agent was answered with)."""
+    after: int
+    """How many commands the agent had sent before it (its place among :attr:`AgentCall.sent`)."""
+
+
+class _Watch:
+    """The engine's recorder: keeps what the engine refused, and passes every message on to
+    the recorder the caller asked for."""
+
+    def __init__(self, then: Recorder | None) -> None:
+        self.then = then
+        self.refused: list[Refused] = []
+        self.commands = 0
+        self.engine: EngineLink | None = None
+        self.changed = asyncio.Event()
+
+    def record(self, sender: str, data: str | bytes) -> None:
+        if self.then is not None:
+            self.then.record(sender, data)
+        if sender != "agent" or self.engine is None or not self.engine.up:
+            return  # the handshake's first message is the core's to judge (its notices say)
+        if isinstance(data, bytes):
+            error = ProtocolError(ErrorCode.BAD_MESSAGE, "a binary frame")
+        else:
+            try:
+                message = decode(data, "agent")
+            except ProtocolError as exc:
+                error = exc
+            else:
+                self.commands += message.type in COMMAND_TYPES
+                return
+        self.refused.append(Refused(data, error, self.commands))
+        self.changed.set()
+
+    def link(self, event: str) -> None:
+        if self.then is not None:
+            self.then.link(event)
+
+
 class AgentCall:
     """One call played to an agent: events in, the agent's commands and tool results out."""
 
-    def __init__(self, link: EngineLink, refuse: Mapping[str, tuple[str, str]]) -> None:
+    def __init__(
+        self, link: EngineLink, refuse: Mapping[str, tuple[str, str]], watch: _Watch
+    ) -> None:
         self.link = link
         self.refuse = dict(refuse)
         """Command types to answer with a failure: ``{"transfer": ("unsupported", "...")}``."""
         self.sent: list[Command] = []
         """Every command the agent sent, in order."""
+        self.refused = watch.refused
+        """Every message the engine refused after the handshake instead of taking it, in order."""
         self.notices: list[ToolOverdue | AgentAccepted | HandshakeFailed | LinkDown] = []
         """The link's changes after the handshake (resumptions, losses)."""
         self.epoch = 0
         """The call's current turn number."""
         self._seen = 0
-        self._arrived = asyncio.Event()
+        self._refused_seen = 0
+        self._arrived = watch.changed
         self._pump: asyncio.Task[None] | None = None
         self._tool_calls = 0
 
@@ -100,7 +157,11 @@ class AgentCall:
         target = AgentTarget(
             check_url(url, allow_insecure=allow_insecure), token, caller_identity=call is not None
         )
-        link = EngineLink(
+        recorder, capture = open_recorder(
+            record, protocol="brisvox", recorded_by="server", session_id=session_id
+        )
+        watch = _Watch(recorder)
+        watch.engine = link = EngineLink(
             target,
             session_id=session_id,
             agent=agent,
@@ -108,9 +169,9 @@ class AgentCall:
             call=call,
             settings=settings,
             clock=clock,
-            record=record,
+            record=watch,
         )
-        played = cls(link, refuse or {})
+        played = cls(link, refuse or {}, watch)
         try:
             if not await link.start():
                 notice = await link.next_notice()
@@ -122,6 +183,8 @@ class AgentCall:
                 played._pump.cancel()
                 await asyncio.gather(played._pump, return_exceptions=True)
             await link.close()
+            if capture is not None:
+                capture.close()
 
     # -- what the agent declared ----------------------------------------------------------------
 
@@ -186,16 +249,35 @@ class AgentCall:
 
     async def expect(self, kind: type[C], *, timeout: float = WAIT) -> C:
         """The next command the agent sends after the ones already expected; it must be a
-        ``kind`` (an AssertionError names what came instead)."""
-        async with asyncio.timeout(timeout):
-            while self._seen >= len(self.sent):
-                self._arrived.clear()
-                await self._arrived.wait()
+        ``kind`` (an AssertionError names what came instead, or what the engine refused
+        meanwhile). TimeoutError when nothing came within ``timeout`` real seconds."""
+        try:
+            async with asyncio.timeout(timeout):
+                while self._seen >= len(self.sent) and self._next_refused() is None:
+                    self._arrived.clear()
+                    await self._arrived.wait()
+        except TimeoutError:
+            raise TimeoutError(f"no {kind.type} from the agent within {timeout} s") from None
+        refused = self._next_refused()
+        if refused is not None:
+            self._refused_seen += 1
+            raise AssertionError(
+                f"expected a {kind.type}, the engine refused what the agent sent: "
+                f"{refused.error} ({refused.data!r})"
+            )
         command = self.sent[self._seen]
         self._seen += 1
         if not isinstance(command, kind):
             raise AssertionError(f"expected a {kind.type}, the agent sent {command!r}")
         return command
+
+    def _next_refused(self) -> Refused | None:
+        """The refusal due before the next command, if one is."""
+        if self._refused_seen < len(self.refused):
+            refused = self.refused[self._refused_seen]
+            if refused.after <= self._seen:
+                return refused
+        return None
 
     async def hang_up(self, reason: str = SessionEndReason.HANGUP) -> None:
         """End the call: ``session.end`` after what is queued, then close."""
