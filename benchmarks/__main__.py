@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         choices=["sleep", "shared"],
         default="sleep",
         help="how the call load generator paces its frames: a sleep per call and frame, or "
-        "one shared voxwire.link.pacer.Pacer (default sleep)",
+        "one shared benchmarks.pacer.Pacer (default sleep)",
     )
     args = parser.parse_args(argv)
     os.environ[LOOP_ENV] = args.loop  # the child servers inherit it

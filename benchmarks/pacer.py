@@ -1,4 +1,7 @@
-"""One timer task for every paced audio sender on a clock, instead of a sleep per sender.
+"""One timer task for every paced audio sender on a clock, instead of a sleep per sender: how
+``--pacer shared`` paces the call load generator (no runtime sender uses it: the OVP client's
+``stream_audio`` paces its one stream itself and restarts its schedule after a stall instead of
+making missed frames up).
 
 Real-time audio goes out one frame per period (20 ms). With a task per sender, 300 calls resume
 300 tasks every tick; a :class:`Pacer` resumes one task, which calls every registered sender in
@@ -10,7 +13,7 @@ missed is made up at once.
 ```python
 import asyncio
 
-from voxwire.link import Pacer
+from benchmarks.pacer import Pacer
 
 async def main() -> None:
     pacer = Pacer(0.02)

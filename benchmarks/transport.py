@@ -8,7 +8,7 @@ audio through its application interface and adds a ``transcript.partial`` every 
 bare server echoes bytes. A level of concurrent calls is sustained when no frame is lost and the
 p99 echo latency stays under 20 ms; the levels rise until one is not. The generator paces each
 call with its own task and sleeps, or (``--pacer shared``) every call from one
-:class:`~voxwire.link.Pacer` task whose senders write through a :class:`~voxwire.link.Link`,
+:class:`~benchmarks.pacer.Pacer` task whose senders write through a :class:`~voxwire.link.Link`,
 so it spends less of the machine the servers share.
 
 A level is N calls at once: every call connects first (an OVP call once its ``session.start``
@@ -39,10 +39,11 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
+from benchmarks.pacer import Pacer
 from benchmarks.timing import run
 from voxwire import ovp
 from voxwire.clock import SYSTEM_CLOCK
-from voxwire.link import Link, Outbound, Overflow, Pacer
+from voxwire.link import Link, Outbound, Overflow
 from voxwire.ovp.client import _Connection  # offers orbit-voice/1.0 verbatim (see its docs)
 from voxwire.ovp.gateway import Gateway, GatewaySession, mint_token
 from voxwire.sansio import SendBinary, SendText
@@ -270,7 +271,7 @@ def run_transport_benchmarks(
 ) -> dict[str, list[Level]]:
     """The ramp of each server: the voxwire OVP gateway, then the bare websockets echo. The load
     generator paces each call on its own sleeps, or all of them on one shared
-    :class:`~voxwire.link.pacer.Pacer`."""
+    :class:`~benchmarks.pacer.Pacer`."""
     return {server: _ramp(server, levels, seconds, shared_pacer) for server in ("ovp", "echo")}
 
 

@@ -1,4 +1,4 @@
-"""The shared pacer: one timer for many senders, on a fixed grid, making up missed ticks."""
+"""The benchmark load generator's shared pacer: one timer for many senders, on a fixed grid, making up missed ticks."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from voxwire.link import Pacer
+from benchmarks.pacer import Pacer
 
 PERIOD = 0.02
 

@@ -3,8 +3,7 @@
 The sans-I/O part (:class:`Outbound`: the queue, its two classes and bounds, the close order;
 :class:`Keepalive`: ping and silence deadlines) holds no asyncio and no socket; the asyncio
 adapter (:class:`Link`) owns the writer task, the timers and the drain timeout, and no rule of
-either protocol. :class:`Pacer` is one timer for every paced audio sender on a loop. See
-docs/architecture.md, "Asyncio adapters".
+either protocol. See docs/architecture.md, "Asyncio adapters".
 """
 
 from voxwire.link.adapter import DownCause, Link, LinkDown
@@ -19,7 +18,6 @@ from voxwire.link.outbound import (
     Overflow,
     Put,
 )
-from voxwire.link.pacer import Pacer
 
 __all__ = [
     "TRANSITIONS",
@@ -34,6 +32,5 @@ __all__ = [
     "OutboundEvent",
     "OutboundState",
     "Overflow",
-    "Pacer",
     "Put",
 ]
