@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 from tests.faultproxy import FaultProxy
+from tests.peers.raw import aio
 from tests.test_brisvox_faults import Seen, _resumed, _until
 from tests.test_ovp_resume import talking
 from tests.test_ovp_support import SESSION, eventually, ovp_client, run, serving
@@ -100,3 +101,28 @@ def test_a_brisvox_call_resumed_after_a_reset_records_its_links_on_both_sides(
     assert _links(agent_capture) == ["lost", "open"]
     assert _violations(engine_capture) == []
     assert _violations(agent_capture) == []
+
+
+def _times_of(path: Path, text: str) -> list[float]:
+    """When each ``user.text`` saying ``text`` was recorded."""
+    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()[1:]]
+    messages = [(line["t"], json.loads(line["text"])) for line in lines if "text" in line]
+    return [t for t, m in messages if m["type"] == "user.text" and m["text"] == text]
+
+
+@aio
+async def test_both_brisvox_sides_time_their_capture_on_the_injected_clock(tmp_path: Path) -> None:
+    clock, seen = ScaledClock(100), Seen()
+    agent_file, engine_file = tmp_path / "agent-{session_id}.jsonl", tmp_path / "engine.jsonl"
+    async with (
+        AgentServer(seen, token=None, record=agent_file, clock=clock) as server,
+        AgentCall.open(server.url, session_id="c1", clock=clock, record=engine_file) as call,
+    ):
+        call.user_says("before")
+        await _until(lambda: seen.texts() == ["before"])
+        await clock.sleep(30.0)  # 0.3 s of real time
+        call.user_says("after")
+        await _until(lambda: seen.texts() == ["before", "after"])
+    for path in (tmp_path / "agent-c1.jsonl", engine_file):
+        [before], [after] = _times_of(path, "before"), _times_of(path, "after")
+        assert 30.0 <= after - before < 60.0, path.name

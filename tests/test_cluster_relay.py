@@ -14,6 +14,7 @@ from websockets.exceptions import ConnectionClosed, ConnectionClosedError
 from tests.faultproxy import FaultProxy
 from tests.peers.raw import aio
 from tests.servers import free_port
+from voxwire.clock import ScaledClock
 from voxwire.cluster import Owner
 from voxwire.cluster.relay import Keepalive, RelayFailed, RelayResult, relay
 
@@ -150,10 +151,19 @@ async def test_an_owner_that_is_gone_fails_fast_before_anything_is_relayed() -> 
     assert isinstance(results[0], RelayFailed) and "owner dead" in str(results[0])
 
 
+@pytest.mark.parametrize(
+    "keepalive",
+    [
+        Keepalive(interval=0.1, timeout=0.2),
+        Keepalive(interval=10.0, timeout=20.0, clock=ScaledClock(100)),  # the same in real time
+    ],
+    ids=["system-clock", "scaled-clock"],
+)
 @aio
-async def test_a_client_that_goes_silent_behind_the_relay_is_dropped_on_both_sides() -> None:
+async def test_a_client_that_goes_silent_behind_the_relay_is_dropped_on_both_sides(
+    keepalive: Keepalive,
+) -> None:
     results: list[RelayResult | Exception] = []
-    keepalive = Keepalive(interval=0.1, timeout=0.2)
     async with (
         owner_server() as (owner, _),
         front(owner, results, keepalive=keepalive) as port,

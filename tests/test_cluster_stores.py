@@ -15,6 +15,7 @@ import pytest
 
 from tests.peers.raw import aio
 from tests.servers import RedisServer, free_port
+from voxwire.clock import ScaledClock
 from voxwire.cluster import (
     MemoryDirectory,
     MemoryReplayStore,
@@ -254,6 +255,27 @@ async def test_an_owner_whose_heartbeat_stops_is_no_owner(redis_server: RedisSer
         a._task.cancel()  # the process hangs or dies: no more heartbeats, entry left behind
         await asyncio.sleep(0.3)
         assert await a.lookup("brisvox", "call-1") is None
+    finally:
+        await a.close()
+        await client.aclose()
+
+
+@aio
+async def test_the_heartbeat_and_the_expiry_run_on_the_directorys_clock(
+    redis_server: RedisServer,
+) -> None:
+    client = connect_redis(redis_server.url)
+    clock = ScaledClock(20)  # the default 1 s heartbeat and 3 s expiry: 50 and 150 ms real
+    a = RedisDirectory(client, Owner("a", "127.0.0.1", 9001), clock=clock)
+    try:
+        await a.start()
+        await a.claim("ovp", "s1", ttl=30)
+        await clock.sleep(10.0)  # heartbeats keep a alive past three expiries
+        assert await a.lookup("ovp", "s1") == a.me
+        assert a._task is not None
+        a._task.cancel()  # no more heartbeats
+        await clock.sleep(4.0)  # past the expiry
+        assert await a.lookup("ovp", "s1") is None
     finally:
         await a.close()
         await client.aclose()

@@ -8,8 +8,8 @@
 {"t": 5.1, "link": "open"}
 ```
 
-The first line says what the file is; every other line is one message: ``t`` (seconds since the
-capture began), ``from`` (the sender: ``server`` or ``agent`` for Brisvox, ``server`` or
+The first line says what the file is; every other line is one message: ``t`` (seconds of the role's
+clock since the capture began), ``from`` (the sender: ``server`` or ``agent`` for Brisvox, ``server`` or
 ``client`` for OVP) and either ``text`` (the text frame, as sent) or ``binary`` (the binary frame,
 base64); or, since version 2, a link event: ``link`` is ``lost`` (the connection dropped),
 ``closed`` (it closed with the close handshake) or ``open`` (a new connection of the same
@@ -26,7 +26,6 @@ import base64
 import binascii
 import itertools
 import json
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +34,8 @@ from typing import IO, Any, Final, Protocol, TypeAlias
 import msgspec
 
 from voxwire import brisvox, ovp
+
+from voxwire.clock import SYSTEM_CLOCK, Clock
 
 __all__ = [
     "CAPTURE_VERSION",
@@ -149,20 +150,27 @@ its owner closes it), or ``None``."""
 
 
 def open_recorder(
-    record: Record, *, protocol: str, recorded_by: str, session_id: str
+    record: Record,
+    *,
+    protocol: str,
+    recorded_by: str,
+    session_id: str,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> tuple[Recorder | None, CaptureWriter | None]:
-    """The recorder a ``record`` option names, and the writer opened here (to close), if any."""
+    """The recorder a ``record`` option names, and the writer opened here (to close), if any;
+    a file it opens is timed on ``clock`` (the role's)."""
     if record is None:
         return None, None
     if isinstance(record, str | Path):
         path = str(record).replace("{session_id}", session_id)
-        writer = CaptureWriter(path, protocol=protocol, recorded_by=recorded_by)
+        writer = CaptureWriter(path, protocol=protocol, recorded_by=recorded_by, clock=clock)
         return writer, writer
     return record, None
 
 
 class CaptureWriter:
-    """Appends messages to a capture file as they are sent and received.
+    """Appends messages to a capture file as they are sent and received, each stamped with the
+    seconds of ``clock`` since the capture began.
 
     ```text
     with CaptureWriter(path, protocol="ovp", recorded_by="client") as capture:
@@ -170,7 +178,9 @@ class CaptureWriter:
     ```
     """
 
-    def __init__(self, path: str | Path, *, protocol: str, recorded_by: str) -> None:
+    def __init__(
+        self, path: str | Path, *, protocol: str, recorded_by: str, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
         senders = PROTOCOL_SENDERS.get(protocol)
         if senders is None:
             raise ValueError(f"unknown protocol {protocol!r}: one of {sorted(PROTOCOL_SENDERS)}")
@@ -178,7 +188,8 @@ class CaptureWriter:
             raise ValueError(f"recorded_by must be one of {senders}, not {recorded_by!r}")
         self._senders = senders
         self._file: IO[str] = open(path, "w", encoding="utf-8")  # noqa: SIM115 (closed in close())
-        self._start = time.monotonic()
+        self._clock = clock
+        self._start = clock.now()
         header = {
             "capture": "voxwire",
             "version": CAPTURE_VERSION,
@@ -191,7 +202,7 @@ class CaptureWriter:
         """Append one message that ``sender`` sent (a text frame as str, a binary one as bytes)."""
         if sender not in self._senders:
             raise ValueError(f"sender must be one of {self._senders}, not {sender!r}")
-        entry: dict[str, object] = {"t": round(time.monotonic() - self._start, 6), "from": sender}
+        entry: dict[str, object] = {"t": self._t(), "from": sender}
         if isinstance(data, str):
             entry["text"] = data
         else:
@@ -202,7 +213,7 @@ class CaptureWriter:
         """Append a link event: ``lost``, ``closed`` or ``open`` (one of :data:`LINK_EVENTS`)."""
         if event not in LINK_EVENTS:
             raise ValueError(f"a link event is one of {LINK_EVENTS}, not {event!r}")
-        self._write({"t": round(time.monotonic() - self._start, 6), "link": event})
+        self._write({"t": self._t(), "link": event})
 
     def close(self) -> None:
         self._file.close()
@@ -212,6 +223,9 @@ class CaptureWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def _t(self) -> float:
+        return round(self._clock.now() - self._start, 6)
 
     def _write(self, entry: dict[str, object]) -> None:
         self._file.write(json.dumps(entry, ensure_ascii=False, separators=(",", ":")) + "\n")

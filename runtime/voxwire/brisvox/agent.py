@@ -789,7 +789,11 @@ class AgentServer:
                 link.recorder.link("open")
         else:
             link.recorder, link.capture = open_recorder(
-                self.record, protocol="brisvox", recorded_by="agent", session_id=start.session_id
+                self.record,
+                protocol="brisvox",
+                recorded_by="agent",
+                session_id=start.session_id,
+                clock=self.clock,
             )
         if link.recorder is not None:
             link.recorder.record("server", raw)
@@ -1105,9 +1109,7 @@ class AgentServer:
         log.info("session %s: parked on %s; relaying the resumption", session_id, owner.process_id)
         await link.out.stop()  # the owner's link speaks on this connection now
         silence = (SILENCE_TIMEOUT_MS - PING_INTERVAL_MS) / 1000
-        keepalive = RelayKeepalive(
-            self.clock.real_seconds(PING_INTERVAL_MS / 1000), self.clock.real_seconds(silence)
-        )
+        keepalive = RelayKeepalive(PING_INTERVAL_MS / 1000, silence, self.clock)
         await carry(link.ws, upstream, owner, first=[raw], keepalive=keepalive)
         return True
 

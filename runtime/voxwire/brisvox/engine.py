@@ -509,7 +509,7 @@ class EngineLink(EngineSends[None], EngineReceives):
         self._link_tasks: set[asyncio.Task[Any]] = set()
         self._ended = False
         self._recorder, self._capture = open_recorder(
-            record, protocol="brisvox", recorded_by="server", session_id=session_id
+            record, protocol="brisvox", recorded_by="server", session_id=session_id, clock=clock
         )
 
     # -- state ----------------------------------------------------------------------------------

@@ -158,7 +158,7 @@ class AgentCall:
             check_url(url, allow_insecure=allow_insecure), token, caller_identity=call is not None
         )
         recorder, capture = open_recorder(
-            record, protocol="brisvox", recorded_by="server", session_id=session_id
+            record, protocol="brisvox", recorded_by="server", session_id=session_id, clock=clock
         )
         watch = _Watch(recorder)
         watch.engine = link = EngineLink(

@@ -20,6 +20,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Protocol, TypeVar
 
+from voxwire.clock import SYSTEM_CLOCK, Clock
 from voxwire.cluster._redis import REFUSED, UNAVAILABLE
 from voxwire.cluster.replay import StoreUnavailable
 
@@ -111,6 +112,8 @@ class RedisDirectory:
 
     Keys: ``{prefix}:process:{id}`` (the address, expiring after ``expiry`` seconds unless the
     heartbeat refreshes it) and ``{prefix}:owner:{protocol}:{session}`` (the owner's process id).
+    Every time (the heartbeat, the expiry, a claim's ``ttl``) is seconds of ``clock``; Redis is
+    told how long that is in real time.
     """
 
     def __init__(
@@ -121,6 +124,7 @@ class RedisDirectory:
         prefix: str = "voxwire",
         heartbeat: float = HEARTBEAT_S,
         expiry: float = PROCESS_EXPIRY_S,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         if not 0 < heartbeat < expiry:
             raise ValueError(f"the heartbeat ({heartbeat} s) must be shorter than the expiry")
@@ -129,6 +133,7 @@ class RedisDirectory:
         self._prefix = prefix
         self._heartbeat = heartbeat
         self._expiry = expiry
+        self._clock = clock
         self._release = redis.register_script(_RELEASE)
         self._task: asyncio.Task[None] | None = None
 
@@ -161,7 +166,7 @@ class RedisDirectory:
 
     async def claim(self, protocol: str, session_id: str, ttl: float) -> None:
         key = self._owner_key(protocol, session_id)
-        await self._call(self._redis.set(key, self._me.process_id, px=max(1, int(ttl * 1000))))
+        await self._call(self._redis.set(key, self._me.process_id, px=self._real_ms(ttl)))
 
     async def release(self, protocol: str, session_id: str) -> None:
         key = self._owner_key(protocol, session_id)
@@ -180,7 +185,7 @@ class RedisDirectory:
 
     async def _run(self) -> None:
         while True:
-            await asyncio.sleep(self._heartbeat)
+            await self._clock.sleep(self._heartbeat)
             try:
                 await self._beat()
             except StoreUnavailable as exc:
@@ -191,13 +196,17 @@ class RedisDirectory:
     async def _beat(self) -> None:
         entry = json.dumps({"host": self._me.host, "port": self._me.port})
         key = self._process_key(self._me.process_id)
-        await self._call(self._redis.set(key, entry, px=int(self._expiry * 1000)))
+        await self._call(self._redis.set(key, entry, px=self._real_ms(self._expiry)))
 
     async def _call(self, awaitable: Awaitable[T]) -> T:
         try:
             return await awaitable
         except (*UNAVAILABLE, REFUSED) as exc:
             raise StoreUnavailable(f"the owner directory cannot be reached: {exc}") from exc
+
+    def _real_ms(self, seconds: float) -> int:
+        """``seconds`` of the clock as the real milliseconds Redis expires keys in (at least 1)."""
+        return max(1, int(self._clock.real_seconds(seconds) * 1000))
 
     def _owner_key(self, protocol: str, session_id: str) -> str:
         return f"{self._prefix}:owner:{protocol}:{session_id}"

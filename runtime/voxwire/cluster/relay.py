@@ -13,8 +13,8 @@ binary, in order, until one side closes. The owner sees an ordinary resume.
 - An owner that cannot be reached within ``open_timeout`` raises :class:`RelayFailed` before
   anything was sent to the client: the caller refuses the resume as if no owner existed.
 - Pings do not cross a relay (each hop answers its own), so the relay pings both sides itself
-  (:class:`Keepalive`, the protocol's interval): a side that went silent is dropped, and the
-  other with it.
+  (:class:`Keepalive`, the protocol's interval, on the role's clock): a side that went silent is
+  dropped, and the other with it.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from websockets.asyncio.connection import Connection
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 from websockets.frames import CloseCode
 
+from voxwire.clock import SYSTEM_CLOCK, Clock
 from voxwire.cluster.directory import Owner
 from voxwire.hosts import redact_url
 
@@ -118,10 +119,12 @@ async def open_relay(
 class Keepalive:
     """How a relay keeps both of its connections alive: a ping every ``interval`` seconds on
     each, and a side whose pong has not come ``timeout`` seconds later is taken for dropped (a
-    black-holed client, an owner behind a dead route): both sides are dropped then."""
+    black-holed client, an owner behind a dead route): both sides are dropped then. Both are
+    seconds of ``clock`` (the role's)."""
 
     interval: float
     timeout: float
+    clock: Clock = SYSTEM_CLOCK
 
 
 async def carry(
@@ -155,11 +158,12 @@ async def _pump(
 
     async def watch(side: Connection) -> None:
         assert keepalive is not None
+        clock = keepalive.clock
         while True:
-            await asyncio.sleep(keepalive.interval)
+            await clock.sleep(keepalive.interval)
             pong = await side.ping()
             try:
-                async with asyncio.timeout(keepalive.timeout):
+                async with asyncio.timeout(clock.real_seconds(keepalive.timeout)):
                     await pong
             except TimeoutError:
                 _log.info(

@@ -253,7 +253,7 @@ class OVPClient(ClientSends[Coroutine[Any, Any, ClientMessage]], ClientReceives)
         self._handlers: dict[str, list[EventHandler]] = {}
         self._link: Link | None = None
         self._recorder, self._capture = open_recorder(
-            record, protocol="ovp", recorded_by="client", session_id=session_id
+            record, protocol="ovp", recorded_by="client", session_id=session_id, clock=clock
         )
         self._runner: asyncio.Task[None] | None = None
         self._pacer: asyncio.Task[None] | None = None

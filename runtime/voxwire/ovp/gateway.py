@@ -324,7 +324,11 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives):
         self._buried = False
         self._handler: asyncio.Task[None] | None = None  # let go once it returns
         self._recorder, self._capture = open_recorder(
-            gateway.record, protocol="ovp", recorded_by="server", session_id=self.session_id
+            gateway.record,
+            protocol="ovp",
+            recorded_by="server",
+            session_id=self.session_id,
+            clock=self._clock,
         )
         self.ignored = 0
 
@@ -861,8 +865,8 @@ class Gateway:
             return False
         log.info("session %s: held by %s; relaying the connection", session_id, owner.process_id)
         # The gateway's own rule: silent for `keepalive` seconds is dropped, pinged twice as often.
-        half = self.clock.real_seconds(self.keepalive / 2)
-        await carry(ws, upstream, owner, keepalive=RelayKeepalive(half, half))
+        half = self.keepalive / 2
+        await carry(ws, upstream, owner, keepalive=RelayKeepalive(half, half, self.clock))
         return True
 
     def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
