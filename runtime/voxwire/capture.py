@@ -8,8 +8,8 @@
 {"t": 5.1, "link": "open"}
 ```
 
-The first line says what the file is; every other line is one message: ``t`` (seconds of the role's
-clock since the capture began), ``from`` (the sender: ``server`` or ``agent`` for Brisvox, ``server`` or
+The first line says what the file is; every other line is one message: ``t`` (seconds since the
+capture began), ``from`` (the sender: ``server`` or ``agent`` for Brisvox, ``server`` or
 ``client`` for OVP) and either ``text`` (the text frame, as sent) or ``binary`` (the binary frame,
 base64); or, since version 2, a link event: ``link`` is ``lost`` (the connection dropped),
 ``closed`` (it closed with the close handshake) or ``open`` (a new connection of the same
