@@ -516,8 +516,33 @@ def test_checked_url_is_frozen() -> None:
 
 def test_public_names() -> None:
     assert hosts.__all__ == [
-        "CheckedURL", "ConnectOverrides", "InsecureURLError", "check_url", "redact_url"
+        "CheckedURL", "ConnectOverrides", "InsecureURLError", "check_url", "is_loopback",
+        "redact_url",
     ]  # fmt: skip
+
+
+LOOPBACK = [
+    # 127.0.0.0/8 (RFC 1122) at its edges, ::1 (RFC 4291), IPv4-mapped loopback.
+    "127.0.0.1", "127.0.0.2", "127.0.0.0", "127.255.255.255", "::1", "[::1]", "0:0:0:0:0:0:0:1",
+    "::ffff:127.0.0.1", "::ffff:127.1.2.3", "[::FFFF:7f00:1]",
+    # localhost and every name under it (RFC 6761), any case, the root's dot or not.
+    "localhost", "LOCALHOST", "localhost.", "x.localhost", "a.b.LocalHost", "x.localhost.",
+]  # fmt: skip
+NOT_LOOPBACK = [
+    "126.255.255.255", "128.0.0.0", "0.0.0.0", "", "::", "::2", "::ffff:10.0.0.1",
+    "::ffff:128.0.0.1", "::127.0.0.1", "64:ff9b::127.0.0.1", "10.0.0.1", "192.168.1.1",
+    "example.com", "localhost.example.com", "notlocalhost", "localhost..", "xlocalhost",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("host", LOOPBACK)
+def test_loopback_hosts_per_the_rfcs(host: str) -> None:
+    assert hosts.is_loopback(host)
+
+
+@pytest.mark.parametrize("host", NOT_LOOPBACK)
+def test_hosts_that_are_not_loopback(host: str) -> None:
+    assert not hosts.is_loopback(host)
 
 
 # The private set comes from the spec's constants: every listed network at both edges and just

@@ -11,8 +11,13 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.asyncio.server import ServerConnection, serve
 
+from tests.peers.raw import aio
 from voxwire import hosts
+from voxwire.brisvox import agent
+from voxwire.brisvox.agent import AgentServer, AgentSession
 from voxwire.brisvox.engine import AgentLinkConfig, AgentTarget, EngineLink
+from voxwire.ovp import gateway
+from voxwire.ovp.gateway import Gateway, GatewaySession
 from voxwire.redaction import install_redaction, redact, redacting_logger
 
 SECRET = "s3cr3t-t0ken"
@@ -124,3 +129,35 @@ def test_neither_server_nor_client_debug_log_holds_the_token(
     assert any("GET /voice/ws/s1?[redacted] HTTP/1.1" in line for line in server_lines)
     assert any("GET /voice/ws/s1?[redacted] HTTP/1.1" in line for line in client_lines)
     assert SECRET not in caplog.text
+
+
+# Loopback: one rule (hosts.is_loopback, tests/test_hosts.py has its table), both servers.
+
+
+def test_both_servers_judge_loopback_with_the_one_rule() -> None:
+    assert agent.is_loopback is gateway.is_loopback is hosts.is_loopback
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "::1", "localhost"])  # bindable here
+@aio
+async def test_both_servers_listening_on_a_loopback_host_say_so(
+    host: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "voxwire")
+
+    async def call(session: AgentSession) -> None:
+        pass
+
+    async def ovp(session: GatewaySession) -> None:
+        pass
+
+    async with (
+        AgentServer(call, token=None, host=host) as server,
+        Gateway(ovp, secret="s" * 32, host=host) as ovp_gateway,
+    ):
+        urls = [server.url, ovp_gateway.url]
+    said = [r.getMessage() for r in caplog.records]
+    assert [line for line in said if "only)" in line or "beyond this machine" in line] == [
+        f"brisvox agent listening on {urls[0]} (loopback only)",
+        f"OVP gateway listening on {urls[1]} (loopback only)",
+    ]

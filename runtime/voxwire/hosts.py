@@ -1,4 +1,5 @@
-"""The plaintext ``ws://`` host rule, judged on the URL text alone, and URL redaction for logs.
+"""The plaintext ``ws://`` host rule, judged on the URL text alone, URL redaction for logs, and
+whether a server's listening host is loopback (:func:`is_loopback`, for both servers).
 
 The rule is Brisvox's (``transport.plaintext_hosts`` in ``spec/brisvox.yaml``); the OVP client
 reuses it. ``wss://`` goes to any host. ``ws://`` goes only to a host whose *text* is private: an
@@ -30,7 +31,14 @@ from voxwire.brisvox.constants import (
 )
 from voxwire.errors import ConfigError
 
-__all__ = ["CheckedURL", "ConnectOverrides", "InsecureURLError", "check_url", "redact_url"]
+__all__ = [
+    "CheckedURL",
+    "ConnectOverrides",
+    "InsecureURLError",
+    "check_url",
+    "is_loopback",
+    "redact_url",
+]
 
 UNPARSEABLE = "<unparseable URL>"
 
@@ -168,6 +176,27 @@ def check_url(url: str, *, allow_insecure: bool = False) -> CheckedURL:
         f"plaintext ws:// to a public host {judged.shown}{judged.why_public}: use wss://, "
         "or allow_insecure",
     )
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a server listening on ``host`` is reachable from this machine only.
+
+    Loopback is ``127.0.0.0/8`` and ``::1`` (RFC 1122, RFC 4291), an IPv4-mapped loopback
+    address (``::ffff:127.0.0.1``), and the name ``localhost`` and every name under it
+    (``x.localhost``, RFC 6761), in any case, with or without brackets or the root's final dot.
+    Anything else, the wildcard (``""``, ``0.0.0.0``, ``::``) included, is not.
+    """
+    name = host.removeprefix("[").removesuffix("]").lower()
+    name = name.removesuffix(".") if not name.endswith("..") else name
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped.is_loopback
+    return address.is_loopback
 
 
 def redact_url(url: str) -> str:

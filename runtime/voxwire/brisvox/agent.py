@@ -26,7 +26,6 @@ import asyncio
 import contextlib
 import hmac
 import inspect
-import ipaddress
 import logging
 import os
 import ssl as ssl_module
@@ -109,6 +108,7 @@ from voxwire.cluster import Directory, StoreUnavailable, other_owner
 from voxwire.cluster.relay import Keepalive as RelayKeepalive
 from voxwire.cluster.relay import RelayFailed, carry, open_relay
 from voxwire.errors import SessionClosed, VoxwireError
+from voxwire.hosts import is_loopback
 from voxwire.link import Keepalive, Link, Outbound, Overflow, Put
 from voxwire.sansio import Close, Ignored, SendText
 
@@ -228,20 +228,6 @@ class Tool:
 
     declaration: ToolDeclaration
     run: Callable[[ToolContext], Awaitable[object]]
-
-
-def is_loopback(host: str) -> bool:
-    """Whether listening on ``host`` is reachable only from this machine."""
-    name = host.strip("[]").lower()
-    if name == "localhost" or name.endswith(".localhost"):
-        return True
-    try:
-        address = ipaddress.ip_address(name)
-    except ValueError:
-        return False
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return address.ipv4_mapped.is_loopback
-    return address.is_loopback
 
 
 class _Connection:

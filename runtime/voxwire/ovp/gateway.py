@@ -51,6 +51,7 @@ from voxwire.cluster import Directory, StoreUnavailable, other_owner
 from voxwire.cluster.relay import Keepalive as RelayKeepalive
 from voxwire.cluster.relay import RelayFailed, carry, open_relay
 from voxwire.errors import ConfigError, VoxwireError
+from voxwire.hosts import is_loopback
 from voxwire.link import Link, Put
 from voxwire.ovp import (
     ENDPOINT_PATH,
@@ -127,7 +128,6 @@ _REQUIRED_CLAIMS: Final = ("exp", "iat", "tenant_id", "session_id")
 # An ended session's id is remembered as long as a token for it can still be valid, so a late
 # resume is refused (OVP_RESUME_EXPIRED) rather than starting the session anew.
 _TOMBSTONE_S: Final = MAX_TOKEN_LIFETIME_S + 2 * TOKEN_CLOCK_LEEWAY_S
-_LOOPBACK: Final = frozenset({"127.0.0.1", "::1", "localhost"})
 # Outputs that never move one of the core's deadlines (an empty output may: a frame error).
 _OVER: Final = GatewayState.OVER
 _NO_DEADLINE: Final = (AudioIn, ToLink, Sent)
@@ -770,7 +770,7 @@ class Gateway:
             ssl=self._ssl,
         )
         self._port = self._server.sockets[0].getsockname()[1]
-        if self.host in _LOOPBACK:
+        if is_loopback(self.host):
             log.info("OVP gateway listening on %s (loopback only)", self.url)
         else:
             log.warning("OVP gateway listening on %s: reachable beyond this machine", self.url)
