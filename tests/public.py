@@ -16,9 +16,8 @@ def public_modules() -> list[ModuleType]:
     return [voxwire, *(importlib.import_module(name) for name in sorted(public))]
 
 
-def public_names(module: ModuleType) -> list[str]:
-    """The names ``module`` exports: its ``__all__``, else every name without a leading ``_``."""
-    names: list[str] = getattr(module, "__all__", None) or [
-        name for name in vars(module) if not name.startswith("_")
-    ]
-    return names
+def public_names(module: ModuleType) -> set[str]:
+    """The names users can reach in ``module``: its ``__all__`` and every other name without a
+    leading ``_`` (an exception a public function raises may be left out of ``__all__``)."""
+    listed: list[str] = getattr(module, "__all__", [])
+    return {*listed, *(name for name in vars(module) if not name.startswith("_"))}

@@ -36,6 +36,7 @@ import msgspec
 from voxwire import brisvox, ovp
 
 from voxwire.clock import SYSTEM_CLOCK, Clock
+from voxwire.errors import VoxwireError
 
 __all__ = [
     "CAPTURE_VERSION",
@@ -90,7 +91,7 @@ _FLAT: Final = msgspec.json.Decoder(dict[str, str | int | float | bool | None])
 """A capture line: one JSON object of scalars (nothing nested, so no depth to bound)."""
 
 
-class CaptureError(ValueError):
+class CaptureError(VoxwireError, ValueError):
     """A capture file that cannot be read: names the line and what is wrong with it."""
 
     def __init__(self, line: int, problem: str) -> None:

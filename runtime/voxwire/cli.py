@@ -28,6 +28,7 @@ from voxwire import __version__
 from voxwire.capture import CaptureError
 from voxwire.demo import DemoFailed, run
 from voxwire.demo.timeline import Style
+from voxwire.errors import VoxwireError
 from voxwire.schema import json_schema
 from voxwire.validate import Note, Tally, check_capture
 
@@ -46,7 +47,7 @@ BUG_REPORT = "a bug in voxwire: please report it, with the file"
 """The hint after a failure of voxwire's own (never the input's fault)."""
 
 
-class CommandError(Exception):
+class CommandError(VoxwireError):
     """A failure the command reports in one line (bad arguments, unreadable files)."""
 
 

@@ -32,6 +32,7 @@ from websockets.frames import CloseCode
 
 from voxwire.clock import SYSTEM_CLOCK, Clock
 from voxwire.cluster.directory import Owner
+from voxwire.errors import VoxwireError
 from voxwire.hosts import redact_url
 
 __all__ = ["Keepalive", "RelayFailed", "RelayResult", "carry", "open_relay", "relay"]
@@ -39,7 +40,7 @@ __all__ = ["Keepalive", "RelayFailed", "RelayResult", "carry", "open_relay", "re
 _log = logging.getLogger(__name__)
 
 
-class RelayFailed(ConnectionError):
+class RelayFailed(VoxwireError, ConnectionError):
     """The owner could not be reached, or refused the upgrade; nothing was relayed."""
 
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Final, Protocol
 
 from voxwire.clock import SYSTEM_CLOCK, Clock
 from voxwire.cluster._redis import REFUSED, UNAVAILABLE
+from voxwire.errors import VoxwireError
 from voxwire.ovp.constants import (
     REPLAY_BUFFER_MAX_AGE_MS,
     REPLAY_BUFFER_MAX_BYTES,
@@ -42,7 +43,7 @@ __all__ = [
 ]
 
 
-class StoreUnavailable(ConnectionError):
+class StoreUnavailable(VoxwireError, ConnectionError):
     """The store could not be reached or answered out of turn; nothing was stored or read."""
 
 

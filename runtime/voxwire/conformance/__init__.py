@@ -34,6 +34,7 @@ from typing import IO, Any, Final
 
 from voxwire._rules import json_equal
 from voxwire.conformance.sessions import play
+from voxwire.errors import VoxwireError
 
 __all__ = [
     "DEFAULT_EXPECTED_FAILURES",
@@ -69,7 +70,7 @@ _GIVE_UP: Final = 5
 """Crashes or timeouts in a row after which the testee is not started again."""
 
 
-class VectorError(ValueError):
+class VectorError(VoxwireError, ValueError):
     """A vectors or expected-failures file that does not follow the format."""
 
 

@@ -21,6 +21,7 @@ from typing import TextIO
 
 from voxwire.capture import CaptureWriter
 from voxwire.demo.timeline import Style, Timeline
+from voxwire.errors import VoxwireError
 
 __all__ = ["CALL_TIMEOUT", "DemoFailed", "run"]
 
@@ -31,7 +32,7 @@ CALL_TIMEOUT = 15.0
 _RECORDED_BY = {"brisvox": "server", "ovp": "client"}
 
 
-class DemoFailed(Exception):
+class DemoFailed(VoxwireError):
     """A call did not go as scripted."""
 
 
