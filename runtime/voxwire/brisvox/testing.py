@@ -101,7 +101,8 @@ class _Watch:
             except ProtocolError as exc:
                 error = exc
             else:
-                self.commands += message.type in COMMAND_TYPES
+                if message.type in COMMAND_TYPES:
+                    self.commands += 1
                 return
         self.refused.append(Refused(data, error, self.commands))
         self.changed.set()
