@@ -66,10 +66,6 @@ def test_an_ovp_session_resumed_after_a_drop_records_its_links_on_both_sides(
             await client.close()
 
     run(main())
-    import shutil
-
-    shutil.copy(gateway_capture, "/tmp/vt/g.jsonl")
-    shutil.copy(client_capture, "/tmp/vt/c.jsonl")
     assert _links(client_capture) == ["lost", "open"]
     assert _links(gateway_capture)[:2] == ["lost", "open"]
     assert _violations(client_capture) == []
