@@ -13,6 +13,6 @@ from __future__ import annotations
 
 from fuzz.oracle import Finding
 from fuzz.run import Report, TargetReport, run
-from fuzz.targets import TARGETS, Target
+from fuzz.targets import DECODERS, TARGETS, Target
 
-__all__ = ["TARGETS", "Finding", "Report", "Target", "TargetReport", "run"]
+__all__ = ["DECODERS", "TARGETS", "Finding", "Report", "Target", "TargetReport", "run"]

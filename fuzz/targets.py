@@ -14,7 +14,7 @@ from fuzz.mutate import FrameMutator, MessageMutator
 from fuzz.oracle import FrameOracle, MessageOracle, Outcome
 from fuzz.seeds import load_seeds
 
-__all__ = ["TARGETS", "Fuzzed", "Target"]
+__all__ = ["DECODERS", "TARGETS", "Fuzzed", "Target"]
 
 
 @dataclass(frozen=True)
@@ -54,12 +54,14 @@ class Fuzzed(Protocol):
     ) -> tuple[Callable[[], bytes], Callable[[bytes], Outcome]]: ...
 
 
-TARGETS: tuple[Fuzzed, ...] = (
+DECODERS: tuple[Target, ...] = (
     Target("brisvox-server", "brisvox", "server"),
     Target("brisvox-agent", "brisvox", "agent"),
     Target("ovp-server", "ovp", "server"),
     Target("ovp-client", "ovp", "client"),
     Target("ovp-frames", "ovp", None),
-    ValidateTarget(),
 )
-"""Every target, named as the command line names them."""
+"""Every decoder: each sender's JSON decoder of each protocol, and OVP's frame decoder."""
+
+TARGETS: tuple[Fuzzed, ...] = (*DECODERS, ValidateTarget())
+"""Every target, named as the command line names them: the decoders and ``voxwire validate``."""

@@ -48,7 +48,7 @@ def verdict(decode, data):
     return ["decoded", repr(message)]
 
 digest, counts = hashlib.sha256(), {}
-for target in fuzz.TARGETS:
+for target in fuzz.DECODERS:
     if target.sender is None:
         continue
     from importlib import import_module

@@ -186,7 +186,10 @@ def test_a_line_that_is_not_utf8_is_a_violation_not_the_end(
     path.write_bytes(b"\n".join(lines) + b"\n")
     status, out, err = _run(path, capsys)
     assert (status, err) == (1, "")
-    assert f"{path}:3: capture: not UTF-8 text (invalid start byte: byte 34 of the line)" in out.splitlines()
+    assert (
+        f"{path}:3: capture: not UTF-8 text (invalid start byte: byte 34 of the line)"
+        in out.splitlines()
+    )
 
 
 @pytest.mark.parametrize(

@@ -34,7 +34,6 @@ from typing import IO, Any, Final, Protocol, TypeAlias
 import msgspec
 
 from voxwire import brisvox, ovp
-
 from voxwire.clock import SYSTEM_CLOCK, Clock
 from voxwire.errors import VoxwireError
 
