@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import array
 import json
+import sys
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -406,3 +408,96 @@ def test_a_rule_across_fields_shows_a_deep_value_of_another_type_bounded() -> No
     with pytest.raises(ovp.ProtocolError) as refused:
         msgspec.structs.replace(share, action=_deep_list(5000))
     assert refused.value.path == "$"
+
+
+# --- issue 28: the error path reads no deeper than the caller's stack allows --------------------
+
+
+def _at_stack_depth(frames: int, call: Callable[[], Any]) -> Any:
+    """``call()`` with the stack ``frames`` frames deep (at least as deep as it is now)."""
+    depth, frame = 0, sys._getframe()
+    while frame is not None:
+        depth, frame = depth + 1, frame.f_back
+
+    def down(left: int) -> Any:
+        return call() if left <= 0 else down(left - 1)
+
+    return down(frames - depth)
+
+
+def _answer(protocol: Any, text: str, sender: str) -> tuple[Any, ...]:
+    try:
+        protocol.decode(text, sender=sender)
+    except ProtocolError as exc:
+        return (exc.code, exc.path, exc.message_type, exc.detail)
+    return ("accepted",)
+
+
+STACK_DEPTHS = (0, 500, sys.getrecursionlimit() - 150)
+DEEP_AFTER_AN_ERROR = [
+    # A key repeated: the value decode keeps is shallow, the one it drops (skipped by msgspec)
+    # deep, and the type unknown: json re-read the text and raised RecursionError.
+    (brisvox, "agent", '{"type":"x.unknown","pad":%s,"pad":1}', "unknown_type", None),
+    (brisvox, "server", '{"type":"x.unknown","pad":%s,"pad":1}', "missing_field", "$.seq"),
+    (ovp, "client", '{"type":"x.unknown","pad":%s,"pad":1}', "unknown_type", None),
+    (ovp, "server", '{"type":"x.unknown","pad":%s,"pad":1}', "missing_field", "$.seq"),
+    (brisvox, "server", '{"type":"say","pad":%s,"pad":1}', "wrong_sender", None),
+    # A wrong type, then an unknown field msgspec never reached: reading `type` skipped it.
+    (brisvox, "agent", '{"type":"say","text":5,"pad":%s}', "wrong_type", "$.text"),
+    (ovp, "client", '{"type":"agent.input","text":5,"pad":%s}', "wrong_type", "$.text"),
+    # A check refused the message as it was built: the text after it must be JSON too.
+    (brisvox, "agent", '{"type":"say","text":" "} %s', "malformed", None),
+]
+
+
+@pytest.mark.parametrize("depth", [490, 700, 990, 5000])
+@pytest.mark.parametrize(("protocol", "sender", "template", "code", "path"), DEEP_AFTER_AN_ERROR)
+def test_a_deep_skipped_field_after_an_error_gets_one_answer_at_any_stack_depth(
+    protocol: Any, sender: str, template: str, code: str, path: str | None, depth: int
+) -> None:
+    text = template % ("[" * depth + "]" * depth)
+    answers = {
+        _at_stack_depth(frames, lambda: _answer(protocol, text, sender)) for frames in STACK_DEPTHS
+    }
+    assert len(answers) == 1, answers
+    (answer,) = answers
+    codes = protocol.codec._CODEC._codes
+    assert answer[:2] == (getattr(codes, code), path)
+
+
+@pytest.mark.parametrize(
+    ("tail", "detail"),
+    [
+        (",}", "not valid JSON"),  # not JSON after the deep value: malformed, as msgspec says
+        (',"type":"end"}', "`type` is repeated"),  # a later type that says another
+    ],
+)
+def test_a_deep_text_after_an_error_is_read_in_order_at_any_stack_depth(
+    tail: str, detail: str
+) -> None:
+    text = '{"type":"say","text":5,"pad":' + "[" * 3000 + "]" * 3000 + tail
+    answers = {
+        _at_stack_depth(frames, lambda: _answer(brisvox, text, "agent")) for frames in STACK_DEPTHS
+    }
+    assert len(answers) == 1, answers
+    (answer,) = answers
+    assert answer[0] == brisvox.ErrorCode.BAD_MESSAGE
+    assert detail in answer[3]
+
+
+def test_an_unknown_message_deeper_than_the_bound_is_refused_by_the_path_of_its_depth() -> None:
+    bound = brisvox.MAX_NESTING_DEPTH
+    for depth in (bound, 5000):
+        text = '{"type":"x.unknown","seq":1,"t_ms":0,"pad":' + "[" * depth + "]" * depth + "}"
+        _, code, path = one_refusal(brisvox, text, "server")
+        assert (code, path) == (brisvox.ErrorCode.BAD_MESSAGE, "$.pad" + "[0]" * (bound - 1))
+    fits = '{"type":"x.unknown","seq":1,"t_ms":0,"pad":' + "[" * (bound - 1) + "]" * (bound - 1)
+    assert verdicts(brisvox, fits + "}", "server")[0][0] == "accepted"
+
+
+def test_a_deep_unknown_message_with_a_number_too_large_is_refused_for_the_number() -> None:
+    text = '{"type":"x.unknown","seq":1e400,"pad":' + "[" * 3000 + "]" * 3000 + "}"
+    _, code, path = one_refusal(brisvox, text, "server")
+    assert (code, path) == (brisvox.ErrorCode.BAD_MESSAGE, None)
+    with pytest.raises(brisvox.ProtocolError, match="too large to represent"):
+        brisvox.decode(text, sender="server")

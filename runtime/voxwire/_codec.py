@@ -9,7 +9,6 @@ the message classes' own: each runs its generated check when it is built, inside
 
 from __future__ import annotations
 
-import json
 import re
 import reprlib
 from collections.abc import Callable, Mapping
@@ -20,6 +19,7 @@ from typing import Any, Final, Union
 import msgspec
 
 from voxwire._rules import json_value_problem, native, written_difference
+from voxwire._scan import Scan, scan, scan_if_deeper
 from voxwire.errors import ProtocolError
 
 __all__ = [
@@ -236,10 +236,17 @@ class JsonCodec:
         if isinstance(exc, ProtocolError):
             # A message's check ran as msgspec built the message, before it read the text
             # after it: text that is not JSON is reported first, as a reader of it all would.
-            try:
-                _SKIP(data)
-            except (msgspec.DecodeError, RecursionError) as syntax:
-                raise self._failure(syntax) from None
+            # (The error path reads with msgspec only a text no deeper than the bound + 1,
+            # which takes no more stack than a message decode accepts; a deeper one, with
+            # the scan alone: no stack depth changes its answer.)
+            deep = scan_if_deeper(data, self._depth)
+            if deep is None:
+                try:
+                    _SKIP(data)
+                except (msgspec.DecodeError, RecursionError) as syntax:
+                    raise self._failure(syntax) from None
+            elif deep.error is not None:
+                raise self._error(self._codes.malformed, f"not valid JSON: {deep.error}") from None
         raise exc
 
     def _other(self, data: Any, sender: str) -> Any:
@@ -496,19 +503,41 @@ class JsonCodec:
 
     def _head_type(self, data: bytes | str, sender: str) -> str:
         """The type the sender's union dispatched on, reading ``type`` alone."""
+        deep = scan_if_deeper(data, self._depth)
+        if deep is not None:
+            return self._scanned_head(deep)
         try:
             head = self._heads[sender](data)
         except msgspec.ValidationError:
-            raise self._error(
-                self._codes.malformed, "`type` is repeated with another value", path="$.type"
-            ) from None
+            raise self._repeated() from None
         except (msgspec.DecodeError, RecursionError) as exc:
             raise self._failure(exc) from None
         tag: str = head.__struct_config__.tag
         return tag
 
+    def _scanned_head(self, deep: Scan) -> str:
+        """What reading ``type`` alone answers, in the order it reads, for a text too deep."""
+        first, *later = deep.types or [None]
+        if isinstance(first, str) and any(other != first for other in later):
+            raise self._repeated()
+        if deep.error is not None or not isinstance(first, str):
+            raise self._error(self._codes.malformed, f"not valid JSON: {deep.error}")
+        return first
+
+    def _repeated(self) -> ProtocolError:
+        return self._error(
+            self._codes.malformed, "`type` is repeated with another value", path="$.type"
+        )
+
     def _unknown_tag(self, data: bytes | str, sender: str) -> UnknownMessage:
         codes = self._codes
+        scanned = scan(data, self._depth)  # every top-level `type`, for any depth
+        if scanned.depth > self._depth + 1:  # msgspec reads the copy cut to the bound + 1
+            if scanned.overflow:
+                raise self._error(codes.malformed, "a number too large to represent")
+            if scanned.error is not None:
+                raise self._error(codes.malformed, f"not valid JSON: {scanned.error}")
+            data = scanned.shallow
         try:
             whole = _ANY.decode(data)
         except msgspec.ValidationError:
@@ -518,7 +547,7 @@ class JsonCodec:
         problem = json_value_problem(whole, "$", self._depth)
         if problem is not None:  # only depth: it was read as JSON
             raise self._error(codes.malformed, problem[1], path=problem[0])
-        types = _top_level_types(data)
+        types = scanned.types
         message_type = types[0]
         if not isinstance(message_type, str) or any(t != message_type for t in types[1:]):
             raise self._error(
@@ -585,19 +614,6 @@ def _complaint(exc: msgspec.ValidationError) -> tuple[str, str]:
 def _shown(value: object) -> str:
     """A short repr of any value, however deep or long (reprlib stops at a few levels)."""
     return reprlib.repr(value)
-
-
-def _top_level_types(data: bytes | str) -> list[object]:
-    """Every value of the object's top-level ``type`` key, in order (error path only, on a
-    text msgspec has read whole and found no deeper than the bound: json reads it too)."""
-    pairs: list[tuple[str, Any]] = []
-
-    def keep(found: list[tuple[str, Any]]) -> dict[str, Any]:
-        pairs[:] = found  # the top-level object is the last one the parser closes
-        return {}
-
-    json.loads(data, object_pairs_hook=keep, parse_int=len, parse_float=len)
-    return [value for key, value in pairs if key == "type"]
 
 
 def _tags(union: Any) -> frozenset[str]:
