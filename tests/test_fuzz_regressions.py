@@ -501,3 +501,57 @@ def test_a_deep_unknown_message_with_a_number_too_large_is_refused_for_the_numbe
     assert (code, path) == (brisvox.ErrorCode.BAD_MESSAGE, None)
     with pytest.raises(brisvox.ProtocolError, match="too large to represent"):
         brisvox.decode(text, sender="server")
+
+
+# --- issue 28: encode refuses what it cannot write faithfully ----------------------------------
+
+
+def test_a_deep_raw_assigned_after_construction_is_refused_by_its_path() -> None:
+    message = brisvox.ToolResult(id=1, result=[])
+    message.result = msgspec.Raw(b"[" * 3000 + b"]" * 3000)  # its check never saw it
+    with pytest.raises(brisvox.ProtocolError) as caught:
+        _at_stack_depth(0, lambda: brisvox.encode(message))
+    assert (caught.value.code, caught.value.path) == (brisvox.ErrorCode.BAD_MESSAGE, "$.result")
+    assert "msgspec.Raw" in caught.value.detail
+
+
+SUB_MINUTE = (
+    datetime(2026, 1, 1, tzinfo=timezone(timedelta(seconds=30))),
+    datetime(2026, 1, 1, tzinfo=timezone(timedelta(hours=1, microseconds=5))),
+    datetime(1900, 1, 1, tzinfo=ZoneInfo("Europe/Amsterdam")),  # +00:19:32
+)
+
+
+@pytest.mark.parametrize("when", SUB_MINUTE)
+@pytest.mark.parametrize(
+    ("field", "value", "path"),
+    [
+        ("text", lambda when: when, "$.text"),  # a text field: written as text
+        ("result", lambda when: when, "$.result"),  # free-form
+        ("result", lambda when: {"at": [1, when]}, "$.result.at[1]"),
+        (
+            "result",
+            lambda when: brisvox.ContextMessage(role=brisvox.ContextRole.USER, text=when),
+            "$.result.text",
+        ),
+    ],
+)
+def test_encode_refuses_a_datetime_with_an_offset_of_seconds_in_text_or_free_form(
+    when: datetime, field: str, value: Callable[[datetime], Any], path: str
+) -> None:
+    message: Any = (
+        brisvox.Say(id="s", text="hi") if field == "text" else brisvox.ToolResult(id=1, result=[])
+    )
+    setattr(message, field, value(when))
+    with pytest.raises(brisvox.ProtocolError) as caught:
+        brisvox.encode(message)
+    assert (caught.value.code, caught.value.path) == (brisvox.ErrorCode.INVALID_ARGUMENT, path)
+    assert "another instant" in caught.value.detail
+
+
+def test_encode_writes_a_datetime_with_whole_minutes_in_free_form_as_its_text() -> None:
+    when = datetime(2026, 1, 1, tzinfo=timezone(timedelta(hours=-5, minutes=-30)))
+    message = brisvox.ToolResult(id=1, result={"at": when})
+    written = brisvox.decode(brisvox.encode(message), sender="agent")
+    assert isinstance(written, brisvox.ToolResult)
+    assert written.result == {"at": "2026-01-01T00:00:00-05:30"}

@@ -314,7 +314,9 @@ class JsonCodec:
         except msgspec.ValidationError as exc:
             self._check_json(message, message_type)
             raise self._field_error(*_complaint(exc), message_type) from None
-        except msgspec.DecodeError as exc:  # only a msgspec.Raw writes what is not JSON
+        except (msgspec.DecodeError, RecursionError) as exc:
+            # Only a msgspec.Raw (assigned after the message was built: its check refuses
+            # one) writes what is not JSON, or deeper than the reader's stack.
             self._check_json(message, message_type)
             raise self._error(self._codes.wrong_type, str(exc), message_type=message_type) from None
         if copy != message:

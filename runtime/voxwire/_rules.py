@@ -13,7 +13,7 @@ import os
 import re
 import reprlib
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any, Final, TypeVar
 
@@ -219,7 +219,8 @@ def written_difference(value: object, copy: object, path: str) -> tuple[str, str
     """The first place where ``copy`` (``value`` written as JSON and read back) says another
     thing than ``value``, as (path, detail); ``None`` when every difference is JSON's own
     spelling: a tuple read back as a list, or a datetime, a Struct or an enum inside a
-    free-form value read back as its JSON form. Call it once ``value`` is JSON
+    free-form value read back as its JSON form (a datetime whose UTC offset is whole minutes:
+    another is written as another instant). Call it once ``value`` is JSON
     (``json_value_problem``): the walk is bounded by that depth.
     """
     stack: list[tuple[object, object, str]] = [(value, copy, path)]
@@ -241,15 +242,29 @@ def written_difference(value: object, copy: object, path: str) -> tuple[str, str
                 (child, other, f"{where}[{i}]")
                 for i, (child, other) in enumerate(zip(mine, theirs, strict=True))
             )
-        elif isinstance(mine, datetime) and isinstance(theirs, datetime):
-            if mine != theirs or mine.utcoffset() != theirs.utcoffset():
+        elif isinstance(mine, datetime) and isinstance(theirs, datetime | str):
+            # A datetime field, or a datetime in a text or free-form field (written as text).
+            if isinstance(theirs, datetime):
+                same = mine == theirs and mine.utcoffset() == theirs.utcoffset()
+            else:
+                same = _whole_minutes(mine.utcoffset())
+            if not same:
+                written = theirs.isoformat() if isinstance(theirs, datetime) else theirs
                 return where, (
-                    f"{mine.isoformat()} would be written as {theirs.isoformat()}, another "
-                    "instant: RFC 3339 writes a UTC offset in whole minutes"
+                    f"{mine.isoformat()} would be written as {written}, another instant: "
+                    "RFC 3339 writes a UTC offset in whole minutes"
                 )
-        elif isinstance(mine, datetime | msgspec.Struct | Enum) and isinstance(
-            theirs, str | int | dict
-        ):
+        elif isinstance(mine, msgspec.Struct) and isinstance(theirs, dict):
+            # A Struct in a free-form value, written as its object: what it holds must read
+            # back (a field left out as its default is not written).
+            stack.extend(
+                (getattr(mine, name), theirs[wire], f"{where}.{wire}")
+                for name, wire in zip(
+                    mine.__struct_fields__, mine.__struct_encode_fields__, strict=True
+                )
+                if wire in theirs
+            )
+        elif isinstance(mine, Enum) and isinstance(theirs, str | int):
             continue  # a free-form value: written in its JSON form, as documented
         elif type(mine) is not type(theirs) and not (
             isinstance(mine, int) and not isinstance(mine, bool) and type(theirs) is float
@@ -258,6 +273,10 @@ def written_difference(value: object, copy: object, path: str) -> tuple[str, str
         elif mine != theirs:
             return where, f"{mine!r} reads back as {theirs!r}: it is not exactly a JSON number"
     return None
+
+
+def _whole_minutes(offset: timedelta | None) -> bool:
+    return offset is None or not offset % timedelta(minutes=1)
 
 
 def json_equal(a: Any, b: Any) -> bool:
