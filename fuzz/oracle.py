@@ -6,8 +6,10 @@
 3. Every accepted message is written again by ``encode`` (within the size bound) and reads back
    equal: ``decode(encode(m)) == m``; a frame is written back byte for byte.
 4. ``encode`` of a message with a strange value (an offset with seconds, an integer no float
-   holds, ``msgspec.Raw``, a deep or cyclic list) raises only ``ProtocolError``, or writes
-   what decode reads back and encode writes again the same.
+   holds, ``msgspec.Raw``, a deep or cyclic list), given to the constructor or assigned after
+   it, raises only ``ProtocolError``, or writes what decode reads back and encode writes again
+   the same; a value it cannot write faithfully (a ``msgspec.Raw``, a datetime whose UTC offset
+   is not whole minutes) it must refuse.
 5. No input takes more CPU time than the bound (CPU, not wall-clock time: the machine may be
    shared); memory is bounded by the input sizes (at most a few times the size bound) and the
    run's peak is reported.
@@ -86,6 +88,7 @@ STRANGE_VALUES: Final[tuple[Callable[[], Any], ...]] = (
     lambda: 1e15,
     lambda: msgspec.Raw(b"{"),
     lambda: msgspec.Raw(b"[1]"),
+    lambda: msgspec.Raw(b"[" * 5000 + b"]" * 5000),
     lambda: _deep(127),
     lambda: _deep(128),
     lambda: _deep(5000),
@@ -174,8 +177,14 @@ class MessageOracle:
             return
         name = self._rng.choice(fields)
         value = self._rng.choice(STRANGE_VALUES)()
+        after = self._rng.random() < 0.5  # assigned to a built message: its check never saw it
         try:  # a message runs its checks when it is built: the constructor may refuse it
-            written = self._encode(msgspec.structs.replace(message, **{name: value}))
+            if after:
+                strange = msgspec.structs.replace(message)
+                msgspec.structs.force_setattr(strange, name, value)
+            else:
+                strange = msgspec.structs.replace(message, **{name: value})
+            written = self._encode(strange)
         except ProtocolError as exc:
             if exc.code not in self._codes:
                 findings.append(Finding("escape", f"encode: code {exc.code!r}", data))
@@ -184,6 +193,9 @@ class MessageOracle:
             findings.append(
                 Finding("escape", f"encode of {name}={_short(value)}: {exception_place(exc)}", data)
             )
+            return
+        if _unfaithful(value):
+            findings.append(Finding("encode", f"{name}={_short(value)} was written", data))
             return
         try:
             again = self._encode(self._decode(written))
@@ -325,6 +337,14 @@ def exception_place(exc: BaseException) -> str:
         else ""
     )
     return f"{type(exc).__name__}{place}: {str(exc)[:80]}"
+
+
+def _unfaithful(value: Any) -> bool:
+    """Whether no JSON text says ``value``: encode must refuse it, wherever it is."""
+    if isinstance(value, datetime):
+        offset = value.utcoffset()
+        return offset is not None and bool(offset % timedelta(minutes=1))
+    return isinstance(value, msgspec.Raw)
 
 
 def _short(value: Any) -> str:
