@@ -531,17 +531,26 @@ class JsonCodec:
             self._codes.malformed, "`type` is repeated with another value", path="$.type"
         )
 
+    def _top_level_types(self, data: bytes | str, whole: dict[str, Any]) -> list[object]:
+        """Every value of the top-level ``type`` key, in order: the one ``whole`` kept, when
+        the text spells the key once and escapes nothing; else as the scan reads them."""
+        once = (
+            data.count('"type"') == 1 and "\\u" not in data
+            if isinstance(data, str)
+            else (data.count(b'"type"') == 1 and b"\\u" not in data)
+        )
+        return [whole["type"]] if once else scan(data, self._depth).types
+
     def _unknown_tag(self, data: bytes | str, sender: str) -> UnknownMessage:
         codes = self._codes
-        scanned = scan(data, self._depth)  # every top-level `type`, for any depth
-        if scanned.depth > self._depth + 1:  # msgspec reads the copy cut to the bound + 1
-            if scanned.overflow:
+        deep = scan_if_deeper(data, self._depth)
+        if deep is not None:  # what msgspec would answer, in order; it reads the cut copy
+            if deep.overflow:
                 raise self._error(codes.malformed, "a number too large to represent")
-            if scanned.error is not None:
-                raise self._error(codes.malformed, f"not valid JSON: {scanned.error}")
-            data = scanned.shallow
+            if deep.error is not None:
+                raise self._error(codes.malformed, f"not valid JSON: {deep.error}")
         try:
-            whole = _ANY.decode(data)
+            whole = _ANY.decode(data if deep is None else deep.shallow)
         except msgspec.ValidationError:
             raise self._error(codes.malformed, "a number too large to represent") from None
         except (msgspec.DecodeError, RecursionError) as exc:
@@ -549,7 +558,7 @@ class JsonCodec:
         problem = json_value_problem(whole, "$", self._depth)
         if problem is not None:  # only depth: it was read as JSON
             raise self._error(codes.malformed, problem[1], path=problem[0])
-        types = scanned.types
+        types = deep.types if deep is not None else self._top_level_types(data, whole)
         message_type = types[0]
         if not isinstance(message_type, str) or any(t != message_type for t in types[1:]):
             raise self._error(
@@ -575,7 +584,7 @@ class JsonCodec:
         envelope = self._envelopes.get(sender)
         if envelope is not None:
             try:
-                envelope(data)
+                envelope(data if deep is None else deep.shallow)
             except msgspec.ValidationError as exc:
                 return self._recover(exc, data, sender, message_type)
         return UnknownMessage(type=message_type, data=whole)

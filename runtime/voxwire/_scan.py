@@ -12,24 +12,28 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Final
 
 import msgspec
 
 __all__ = ["Scan", "Shown", "scan", "scan_if_deeper"]
 
-# A token after optional whitespace: a string, a number, a literal or a punctuator. Possessive
-# repeats: an unterminated string fails at once, with no backtracking.
+# A token after optional whitespace: a string, a number, a literal or a punctuator (a run of
+# `[` or of `]` is one: deep arrays read fast). Possessive repeats: an unterminated string
+# fails at once, with no backtracking.
 _TOKEN: Final = re.compile(
     r"""[ \t\n\r]*+(?:
         ("(?:[^"\\\x00-\x1f]++|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*+")
       | (-?(?:0|[1-9][0-9]*+)(?:\.[0-9]++)?(?:[eE][+-]?[0-9]++)?)
       | (true|false|null)
-      | ([\[\]{},:])
+      | (\[++|\]++|[{},:])
     )""",
     re.VERBOSE,
 )
 _SPACE: Final = re.compile(r"[ \t\n\r]*+")
+_NOT_BRACKET: Final = bytes(sorted(set(range(256)) - set(b"[]{}")))
+_STEP: Final = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
 _STRING: Final = msgspec.json.Decoder(str).decode
 
 # What the reader expects next: a value, an item or `]`, a key or `}`, a key, `:`, `,` or the
@@ -68,16 +72,25 @@ class Scan:
 
 
 def scan_if_deeper(data: bytes | str, bound: int) -> Scan | None:
-    """``scan(data, bound)`` if ``data`` nests deeper than ``bound`` + 1, else None (counting
-    the openings first, strings included, spares the scan of most texts)."""
-    if isinstance(data, str):
-        openings = data.count("[") + data.count("{")
-    else:
-        openings = data.count(b"[") + data.count(b"{")
-    if openings <= bound + 1:
+    """``scan(data, bound)`` if ``data`` nests deeper than ``bound`` + 1, else None.
+
+    Most texts hold too few openings to nest that deep; the rest are measured by their
+    brackets outside strings, at C speed; only a text that may be that deep is scanned.
+    """
+    blob = data.encode("utf-8") if isinstance(data, str) else data
+    if blob.count(b"[") + blob.count(b"{") <= bound + 1 or _nesting(blob) <= bound + 1:
         return None
     found = scan(data, bound)
     return found if found.depth > bound + 1 else None
+
+
+def _nesting(blob: bytes) -> int:
+    """The deepest nesting of the brackets outside strings: exact as far as the text is JSON,
+    so at least as deep as a reader goes before it stops on what is not."""
+    # An escaped backslash, then an escaped quote, are no string's end.
+    outside = b"".join(blob.replace(b"\\\\", b"").replace(b'\\"', b"").split(b'"')[::2])
+    brackets = outside.translate(None, _NOT_BRACKET)
+    return max(accumulate(map(_STEP.__getitem__, brackets)), default=0)
 
 
 def scan(data: bytes | str, bound: int) -> Scan:
@@ -117,26 +130,24 @@ def scan(data: bytes | str, bound: int) -> Scan:
         if mark == ":" and expect == _COLON:
             expect = _VALUE
             continue
-        if mark in ("[", "{") and expect in (_VALUE, _FIRST_ITEM):
-            stack.append(mark)
+        if mark and mark[0] in "[{" and expect in (_VALUE, _FIRST_ITEM):
+            depth = len(stack)
+            stack.extend(mark)
+            if depth <= bound < len(stack):  # the run opens the one at depth bound + 1
+                pieces.append(text[kept : start + bound - depth + 1])
             deepest = max(deepest, len(stack))
-            if len(stack) == bound + 1:
-                pieces.append(text[kept:pos])
-            expect = _FIRST_ITEM if mark == "[" else _FIRST_KEY
+            expect = _FIRST_ITEM if mark[0] == "[" else _FIRST_KEY
             continue
-        if mark in ("]", "}"):
-            opened = "[" if mark == "]" else "{"
-            if not stack or stack[-1] != opened or expect not in (_NEXT, _FIRST_ITEM, _FIRST_KEY):
-                dangling = (
-                    stack and stack[-1] == opened and expect == (_VALUE if mark == "]" else _KEY)
-                )
-                kind = "trailing comma in " + ("array" if mark == "]" else "object")
-                error = _at(kind if dangling else "invalid", text, start)
+        if mark and mark[0] in "]}":
+            opened = "[" if mark[0] == "]" else "{"
+            depth, count = len(stack), len(mark)
+            if expect not in (_NEXT, _FIRST_ITEM, _FIRST_KEY) or stack[-count:] != [opened] * count:
+                error = _unclosed(stack, opened, count, expect, text, start)
                 break
-            if len(stack) == bound + 1:
-                kept = start
-            stack.pop()
-            shown = "an array" if mark == "]" else "an object"
+            if depth - count <= bound < depth:  # the run closes the one at depth bound + 1
+                kept = start + depth - bound - 1
+            del stack[-count:]
+            shown = "an array" if opened == "[" else "an object"
         elif mark is None and expect in (_VALUE, _FIRST_ITEM):
             shown = number or literal or ""
             if number is not None and not overflow and not number.lstrip("-").isdigit():
@@ -154,6 +165,23 @@ def scan(data: bytes | str, bound: int) -> Scan:
             error = _at("trailing characters", text, pos)
     pieces.append(text[kept:])
     return Scan(error, overflow, types, deepest, "".join(pieces))
+
+
+def _unclosed(stack: list[str], opened: str, count: int, expect: int, text: str, start: int) -> str:
+    """Where a run of ``count`` closing brackets stops closing what ``stack`` holds open."""
+    closed = 0
+    while closed < count and closed < len(stack) and stack[-1 - closed] == opened:
+        closed += 1
+    if expect not in (_NEXT, _FIRST_ITEM, _FIRST_KEY):
+        closed = 0
+    kind = "array" if opened == "[" else "object"
+    dangling = (
+        closed == 0
+        and stack
+        and stack[-1] == opened
+        and expect == (_VALUE if kind == "array" else _KEY)
+    )
+    return _at(f"trailing comma in {kind}" if dangling else "invalid", text, start + closed)
 
 
 def _string(token: str) -> str:
