@@ -143,6 +143,8 @@ def test_scan_cuts_what_is_nested_deeper_than_the_bound() -> None:
     assert found.depth == 4
     assert found.shallow == '[[[],[]],4,{"a":{}}]'
     assert _VALUE(found.shallow) == [[[], []], 4, {"a": {}}]
+    spaced = scan('{"a": [ [ [ [ ] ] ] ] , "b" : { "c" : { } } }', 2)
+    assert spaced.shallow == '{"a": [ [] ] , "b" : { "c" : {} } }'
 
 
 @pytest.mark.parametrize("depth", [sys.getrecursionlimit() * 2, 30_000])

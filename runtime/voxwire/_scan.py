@@ -19,15 +19,15 @@ import msgspec
 
 __all__ = ["Scan", "Shown", "scan", "scan_if_deeper"]
 
-# A token after optional whitespace: a string, a number, a literal or a punctuator (a run of
-# `[` or of `]` is one: deep arrays read fast). Possessive repeats: an unterminated string
-# fails at once, with no backtracking.
+# A token after optional whitespace: a string (with the `:` after it, if one follows: a key), a
+# number, a literal or a punctuator (a run of `[`, `]` or `}` is one: deep nesting reads fast).
+# Possessive repeats: an unterminated string fails at once, with no backtracking.
 _TOKEN: Final = re.compile(
     r"""[ \t\n\r]*+(?:
-        ("(?:[^"\\\x00-\x1f]++|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*+")
+        ("(?:[^"\\\x00-\x1f]++|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*+")([ \t\n\r]*+:)?
       | (-?(?:0|[1-9][0-9]*+)(?:\.[0-9]++)?(?:[eE][+-]?[0-9]++)?)
       | (true|false|null)
-      | (\[++|\]++|[{},:])
+      | (\[(?:[ \t\n\r]*+\[)*+|\](?:[ \t\n\r]*+\])*+|\}(?:[ \t\n\r]*+\})*+|[{,:])
     )""",
     re.VERBOSE,
 )
@@ -114,16 +114,19 @@ def scan(data: bytes | str, bound: int) -> Scan:
             pos = _space(text, pos)
             error = "Input data was truncated" if pos == len(text) else _at("invalid", text, pos)
             break
-        string, number, literal, mark = found.groups()
-        start, pos = found.start(found.lastindex or 0), found.end()
+        string, colon, number, literal, mark = found.groups()
+        start, pos = found.start(1 if string is not None else found.lastindex or 0), found.end()
         if string is not None and "\\u" in string and not _escapes_hold(string):
             error = _at("invalid escape", text, start)
             break
         if expect in (_FIRST_KEY, _KEY) and string is not None:
             if len(stack) == 1:
                 key = _string(string)
-            expect = _COLON
+            expect = _VALUE if colon else _COLON
             continue
+        if colon and expect in (_VALUE, _FIRST_ITEM):  # a string value, then `:`
+            error = _at("invalid", text, pos - 1)
+            break
         if mark == "," and expect == _NEXT:
             expect = _VALUE if stack[-1] == "[" else _KEY
             continue
@@ -132,22 +135,24 @@ def scan(data: bytes | str, bound: int) -> Scan:
             continue
         if mark and mark[0] in "[{" and expect in (_VALUE, _FIRST_ITEM):
             depth = len(stack)
-            stack.extend(mark)
+            stack.extend(mark[0] * mark.count(mark[0]))
             if depth <= bound < len(stack):  # the run opens the one at depth bound + 1
-                pieces.append(text[kept : start + bound - depth + 1])
+                pieces.append(text[kept : start + _index(mark, bound - depth) + 1])
             deepest = max(deepest, len(stack))
             expect = _FIRST_ITEM if mark[0] == "[" else _FIRST_KEY
             continue
         if mark and mark[0] in "]}":
             opened = "[" if mark[0] == "]" else "{"
-            depth, count = len(stack), len(mark)
+            depth, count = len(stack), mark.count(mark[0])
             if expect not in (_NEXT, _FIRST_ITEM, _FIRST_KEY) or stack[-count:] != [opened] * count:
-                error = _unclosed(stack, opened, count, expect, text, start)
+                error = _unclosed(stack, opened, mark, expect, text, start)
                 break
             if depth - count <= bound < depth:  # the run closes the one at depth bound + 1
-                kept = start + depth - bound - 1
+                kept = start + _index(mark, depth - bound - 1)
             del stack[-count:]
             shown = "an array" if opened == "[" else "an object"
+            if not stack and depth > 1 and key == "type":  # `}}`: the last member ended too
+                types.append(Shown(shown))
         elif mark is None and expect in (_VALUE, _FIRST_ITEM):
             shown = number or literal or ""
             if number is not None and not overflow and not number.lstrip("-").isdigit():
@@ -167,9 +172,9 @@ def scan(data: bytes | str, bound: int) -> Scan:
     return Scan(error, overflow, types, deepest, "".join(pieces))
 
 
-def _unclosed(stack: list[str], opened: str, count: int, expect: int, text: str, start: int) -> str:
-    """Where a run of ``count`` closing brackets stops closing what ``stack`` holds open."""
-    closed = 0
+def _unclosed(stack: list[str], opened: str, run: str, expect: int, text: str, start: int) -> str:
+    """Where a run of closing brackets stops closing what ``stack`` holds open."""
+    closed, count = 0, run.count(run[0])
     while closed < count and closed < len(stack) and stack[-1 - closed] == opened:
         closed += 1
     if expect not in (_NEXT, _FIRST_ITEM, _FIRST_KEY):
@@ -181,7 +186,19 @@ def _unclosed(stack: list[str], opened: str, count: int, expect: int, text: str,
         and stack[-1] == opened
         and expect == (_VALUE if kind == "array" else _KEY)
     )
-    return _at(f"trailing comma in {kind}" if dangling else "invalid", text, start + closed)
+    return _at(
+        f"trailing comma in {kind}" if dangling else "invalid", text, start + _index(run, closed)
+    )
+
+
+def _index(run: str, n: int) -> int:
+    """Where the ``n``-th bracket (from 0) of a run of brackets (and whitespace) is."""
+    if len(run) == run.count(run[0]):
+        return n
+    at = -1
+    for _ in range(n + 1):
+        at = run.index(run[0], at + 1)
+    return at
 
 
 def _string(token: str) -> str:
