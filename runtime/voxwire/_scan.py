@@ -58,7 +58,8 @@ class Scan:
     """What ``scan`` found in a text, read in order up to the first place it is not JSON."""
 
     error: str | None
-    """That place, worded as msgspec words it; None when the text is JSON."""
+    """That place, worded like msgspec's complaints (the byte counted in UTF-8); None when the
+    text is JSON."""
     overflow: bool
     """Whether a number no float holds (``1e400``) comes before any error."""
     types: list[object]
