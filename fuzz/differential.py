@@ -30,7 +30,7 @@ from fuzz.seeds import ROOT, load_seeds
 from fuzz.targets import Target
 from voxwire.errors import ProtocolError
 
-__all__ = ["Disagreement", "DifferentialReport", "Node", "answer", "run_differential"]
+__all__ = ["DifferentialReport", "Disagreement", "Node", "answer", "run_differential"]
 
 Answer = dict[str, Any]
 """``{"valid": True, "type": t, "text": encoded}``, ``{"valid": True, "encode_code": c}``,
@@ -85,10 +85,10 @@ class DifferentialReport:
         ours, theirs = _compared(python), _compared(typescript)
         if ours == theirs or "escape" in ours or "escape" in theirs:
             return
-        if "text" in ours and "text" in theirs and ours["type"] == theirs["type"]:
-            if _same(json.loads(ours["text"]), json.loads(theirs["text"])):
-                self.respelled += 1
-                return
+        both = "text" in ours and "text" in theirs and ours["type"] == theirs["type"]
+        if both and _same(json.loads(ours["text"]), json.loads(theirs["text"])):
+            self.respelled += 1
+            return
         _keep(self.disagreements, _kind(python, typescript), python, typescript, data)
 
 
@@ -117,11 +117,7 @@ def _same(left: Any, right: Any) -> bool:
             and all(_same(v, right[k]) for k, v in left.items())
         )
     if isinstance(left, list):
-        return (
-            isinstance(right, list)
-            and len(left) == len(right)
-            and all(map(_same, left, right))
-        )
+        return isinstance(right, list) and len(left) == len(right) and all(map(_same, left, right))
     same_type = type(left) is type(right) or {type(left), type(right)} <= {int, float}
     return same_type and left == right
 
