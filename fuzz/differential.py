@@ -15,7 +15,9 @@ import os
 import random
 import shutil
 import subprocess
+import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -30,7 +32,15 @@ from fuzz.seeds import ROOT, load_seeds
 from fuzz.targets import Target
 from voxwire.errors import ProtocolError
 
-__all__ = ["DifferentialReport", "Disagreement", "Node", "answer", "run_differential"]
+__all__ = [
+    "DifferentialReport",
+    "Disagreement",
+    "Node",
+    "answer",
+    "main",
+    "run_differential",
+    "table",
+]
 
 Answer = dict[str, Any]
 """``{"valid": True, "type": t, "text": encoded}``, ``{"valid": True, "encode_code": c}``,
@@ -41,6 +51,8 @@ DRIVER = Path(__file__).with_name("driver.mjs")
 PACKAGE = ROOT / "generated" / "typescript"
 TOOLS = ROOT / ".cache" / "node-tools" / "node_modules"
 BATCH = 200
+BATCH_SECONDS = 300.0
+"""The longest node may take over one batch before it is stopped (a hang is a failure)."""
 
 
 @dataclass
@@ -108,8 +120,9 @@ def _compared(got: Answer) -> Answer:
 
 
 def _same(left: Any, right: Any) -> bool:
-    """JSON equality: integers exactly, numbers by value (``1.0`` is ``1``), objects whatever
-    the order of their keys, ``true`` never ``1``."""
+    """JSON equality: integers exactly, a double by its value however it is spelled (``1.0``
+    is ``1``, ``7.85e19`` is ``78500000000000000000``), objects whatever the order of their
+    keys, ``true`` never ``1``."""
     if isinstance(left, dict):
         return (
             isinstance(right, dict)
@@ -118,8 +131,14 @@ def _same(left: Any, right: Any) -> bool:
         )
     if isinstance(left, list):
         return isinstance(right, list) and len(left) == len(right) and all(map(_same, left, right))
-    same_type = type(left) is type(right) or {type(left), type(right)} <= {int, float}
-    return same_type and left == right
+    if type(left) is type(right):
+        return bool(left == right)
+    if {type(left), type(right)} == {int, float}:  # one double, however each side spells it
+        try:
+            return float(left) == float(right)
+        except OverflowError:  # an integer no double holds is no double's spelling
+            return False
+    return False
 
 
 def _kind(python: Answer, typescript: Answer) -> str:
@@ -196,11 +215,17 @@ class Node:
         stdin.write("\n")
         stdin.flush()
         answers = []
-        for _ in inputs:
-            line = stdout.readline()
-            if not line:
-                raise RuntimeError(f"the node driver exited ({self._process.wait()})")
-            answers.append(json.loads(line))
+        watchdog = threading.Timer(BATCH_SECONDS, self._process.kill)
+        watchdog.start()
+        try:
+            for _ in inputs:
+                line = stdout.readline()
+                if not line:
+                    status = self._process.wait()
+                    raise RuntimeError(f"the node driver stopped (status {status})")
+                answers.append(json.loads(line))
+        finally:
+            watchdog.cancel()
         return answers
 
     def _pipes(self) -> tuple[IO[str], IO[str]]:
@@ -300,3 +325,82 @@ def _one(
     if progress is not None:
         progress(report)
     return report
+
+
+def table(reports: Sequence[DifferentialReport]) -> str:
+    """A run as a Markdown table (what docs/fuzzing.md shows)."""
+    lines = [
+        "| decoder | inputs | accepted | refused | disagreements | escapes | same value, "
+        "spelled differently | run time |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in reports:
+        accepted = r.verdicts["accepted"]
+        lines.append(
+            f"| {r.name} | {r.inputs:,} | {accepted:,} | {r.inputs - accepted:,} | "
+            f"{r.disagreeing:,} | {r.escaped:,} | {r.respelled:,} | {r.seconds / 60:.1f} min |"
+        )
+    return "\n".join(lines)
+
+
+def _as_json(seed: int, reports: Sequence[DifferentialReport]) -> dict[str, Any]:
+    def found(kept: dict[str, Disagreement]) -> list[dict[str, Any]]:
+        return [
+            {
+                "kind": d.kind,
+                "count": d.count,
+                "python": d.python,
+                "typescript": d.typescript,
+                "input": d.data.hex(),
+            }
+            for d in kept.values()
+        ]
+
+    return {
+        "seed": seed,
+        "targets": [
+            {
+                "name": r.name,
+                "inputs": r.inputs,
+                "seconds": round(r.seconds, 1),
+                "verdicts": dict(r.verdicts.most_common()),
+                "respelled": r.respelled,
+                "disagreements": found(r.disagreements),
+                "escapes": found(r.escapes),
+            }
+            for r in reports
+        ],
+    }
+
+
+def main(
+    targets: Sequence[Target],
+    inputs: int,
+    seed: int,
+    seconds: float | None,
+    json_path: Path | None,
+) -> int:
+    """``python -m fuzz --differential``: print the table and every disagreement, exit 1 on
+    any (``json_path`` is rewritten as the run goes, so a long run can be read before it ends)."""
+    seen: dict[str, DifferentialReport] = {}  # the reports so far, in order
+
+    def progress(report: DifferentialReport) -> None:
+        seen[report.name] = report
+        print(
+            f"{report.name}: {report.inputs:,} inputs, {report.disagreeing} disagreements, "
+            f"{report.escaped} escapes, {report.seconds:.0f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+        if json_path is not None:
+            json_path.write_text(json.dumps(_as_json(seed, list(seen.values())), indent=2) + "\n")
+
+    done = run_differential(targets, inputs, seed=seed, seconds=seconds, progress=progress)
+    print(table(done))
+    for report in done:
+        for d in [*report.disagreements.values(), *report.escapes.values()]:
+            print(f"\n{report.name}: {d.kind} x{d.count}")
+            print(f"  python:     {d.python}\n  typescript: {d.typescript}")
+            print(f"  input ({len(d.data)} bytes): {d.data[:300]!r}")
+    ok = not any(r.disagreements or r.escapes for r in done)
+    return 0 if ok else 1
