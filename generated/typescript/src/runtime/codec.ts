@@ -21,8 +21,11 @@ import {
   parseStrict,
 } from "./json.js";
 
-/** A JSON value, as decoding returns it inside free-form fields. */
-export type JsonValue = null | boolean | number | string | readonly JsonValue[] | JsonObject;
+/**
+ * A JSON value, as decoding returns it inside free-form fields: an integer beyond 2^53 - 1 is a
+ * `bigint`, kept exactly (spec decision `integers-exact`).
+ */
+export type JsonValue = null | boolean | number | bigint | string | readonly JsonValue[] | JsonObject;
 export interface JsonObject {
   readonly [key: string]: JsonValue;
 }
