@@ -564,6 +564,10 @@ export class JsonCodec {
     if (Array.isArray(value)) return value.map((item, i) => this.freeForm(item, `${path}[${i}]`, pass, depth + 1));
     if (isObject(value)) {
       const out: Record<string, unknown> = {};
+      // A repeated key's earlier values are read too (a number beyond a double is malformed
+      // wherever it stands, as msgspec reads every occurrence), and the last one is kept.
+      const pairs = pass.duplicates?.get(value);
+      if (pairs !== undefined) for (const [key, item] of pairs) this.freeForm(item, join(path, key), pass, depth + 1);
       for (const key of Object.keys(value)) {
         const item = (value as RawObject)[key];
         if (item === undefined && pass.fromUser) continue;
