@@ -373,9 +373,10 @@ export class JsonCodec {
     // Every occurrence of a repeated key is read, in the order of the text, as msgspec reads.
     const pairs = pass.duplicates?.get(value);
     if (pairs === undefined) {
-      for (const key of Object.keys(source)) required += this.readPair(spec, fields, key, source[key], path, pass, out);
+      for (const key of Object.keys(source)) if (this.readPair(spec, fields, key, source[key], path, pass, out)) required++;
     } else {
-      for (const [key, item] of pairs) required += this.readPair(spec, fields, key, item, path, pass, out);
+      for (const [key, item] of pairs) this.readPair(spec, fields, key, item, path, pass, out);
+      required = spec.fields.filter((field) => field.required && Object.hasOwn(out, field.name)).length;
     }
     if (required < layout.required) {
       for (const field of spec.fields) {
@@ -387,10 +388,10 @@ export class JsonCodec {
     return out;
   }
 
-  /** Read one pair into `out`; 1 when it is the first of a required field, else 0. */
-  private readPair(spec: ObjectSpec, fields: Map<string, FieldSpec>, key: string, item: unknown, path: string, pass: Pass, out: Record<string, unknown>): number {
-    if (path === "$" && key === "type") return 0;
-    if (item === undefined && pass.fromUser) return 0; // an optional property left undefined
+  /** Read one pair into `out`; whether it was a required field's. */
+  private readPair(spec: ObjectSpec, fields: Map<string, FieldSpec>, key: string, item: unknown, path: string, pass: Pass, out: Record<string, unknown>): boolean {
+    if (path === "$" && key === "type") return false;
+    if (item === undefined && pass.fromUser) return false; // an optional property left undefined
     const field = fields.get(key);
     if (field === undefined) {
       if (spec.rejectUnknownFields) {
@@ -399,13 +400,13 @@ export class JsonCodec {
       if (pass.fromUser) {
         throw this.error("wrong_type", `\`${key}\` is not a field of this message: the encoder writes only the spec's fields`, join(path, key), pass.messageType);
       }
-      return 0;
+      return false;
     }
     const read = this.readField(field, item, join(path, key), pass);
-    const first = field.required && !Object.hasOwn(out, key) ? 1 : 0;
-    if (pass.fromUser && field.hasDefault && jsonEqual(read, field.default)) return first;
-    defineValue(out, key, read);
-    return first;
+    if (pass.fromUser && field.hasDefault && jsonEqual(read, field.default)) return field.required;
+    if (key === "__proto__") defineValue(out, key, read);
+    else out[key] = read;
+    return field.required;
   }
 
   private readField(field: FieldSpec, value: unknown, path: string, pass: Pass): unknown {
