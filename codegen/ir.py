@@ -386,6 +386,16 @@ class Protocol:
     def struct(self, name: str) -> Struct:
         return next(s for s in self.structs if s.name == name)
 
+    @property
+    def max_nesting_depth(self) -> Constant:
+        """The constant bounding how deep a message nests (``max_nesting_depth``)."""
+        return next(c for c in self.constants if c.name == "max_nesting_depth")
+
+    @property
+    def max_read_depth(self) -> Constant:
+        """The constant bounding how deep a text is read at all (``max_read_depth``)."""
+        return next(c for c in self.constants if c.name == "max_read_depth")
+
 
 def resolve(raw: RawSpec) -> Protocol:
     """Resolve a schema-checked spec; raise :class:`SpecError` listing every problem."""

@@ -550,7 +550,7 @@ class _Builder:
             if f.type.kind == "struct":
                 return None
             value = f"self.{f.py_name}"
-            limit = self._nesting_constant()
+            limit = self.p.max_nesting_depth
             rule = names.rule("free_form_problem")
             shallow = f'{rule}({value}, "$", ".{f.wire_name}", 2, {limit.py_name}) is None'
             if int(limit.value) > 2:  # a flat object in a field is 2 deep: one C call
@@ -610,7 +610,7 @@ class _Builder:
             if guard:
                 return [f"if {' and '.join(guard)}:", *("    " + line for line in inner)]
             return inner
-        limit = self._nesting_constant().py_name
+        limit = self.p.max_nesting_depth.py_name
         call = f'{self._rule("free_form_problem")}({value}, path, "{where}", {depth}, {limit})'
         code = self._code(None, "malformed")
         return [  # not `problem`: the other rules' problem is a str, this one a (path, detail)
@@ -623,9 +623,6 @@ class _Builder:
     def _error(self) -> str:
         """The exception the checks raise, spelled through the errors module."""
         return f"{names.ERRORS_MODULE}.{names.PROTOCOL_ERROR}"
-
-    def _nesting_constant(self) -> Constant:
-        return next(c for c in self.p.constants if c.name == "max_nesting_depth")
 
     def _rule(self, function: str) -> str:
         """A value rule's function name, recorded for the check's imports."""

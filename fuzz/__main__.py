@@ -4,6 +4,7 @@ python -m fuzz                          # 10,000 inputs per decoder, seed 0
 python -m fuzz --inputs 1000000         # the nightly run (docs/fuzzing.md)
 python -m fuzz --target ovp-client --seconds 60 --seed 7
 python -m fuzz --atheris --seconds 180  # coverage-guided, where atheris installs
+python -m fuzz --differential           # the Python and TypeScript bindings, side by side
 """
 
 from __future__ import annotations
@@ -37,8 +38,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--atheris", action="store_true", help="coverage-guided fuzzing with atheris instead"
     )
+    parser.add_argument(
+        "--differential",
+        action="store_true",
+        help="feed the same inputs to the TypeScript binding (node) and compare the answers",
+    )
     args = parser.parse_args(argv)
     targets = [t for t in TARGETS if not args.target or t.name in args.target]
+    if args.differential:
+        from fuzz.differential import main as differential
+
+        return differential(targets, args.inputs, args.seed, args.seconds, args.json)
     if args.atheris:
         from fuzz.coverage import fuzz_with_atheris
 

@@ -437,6 +437,10 @@ DISAGREEMENTS = {
         True,
     ),
     _entry("the calendar of a date-time"): (r"/ts/30-february-refused$", True),
+    "the schema has no keyword for depth: the spec's max_nesting_depth": (
+        r"/nesting/129-deep",
+        True,
+    ),
     "the schema judges a parsed object: Python's json keeps the last of repeated keys": (
         r"/duplicate-key/(each-occurrence|type-repeated-different)",
         True,
@@ -472,8 +476,8 @@ def test_decode_agrees_with_the_json_schema_except_where_listed(
             continue
         try:
             obj = json.loads(c.data["input"]["text"], parse_constant=_not_json)
-        except ValueError:
-            continue  # not JSON at all (NaN included): nothing for a schema to judge
+        except (ValueError, RecursionError):
+            continue  # not JSON (NaN included), or deeper than Python's json reads: no judging
         if not isinstance(obj, dict):
             continue
         schema_says = validators[(c.protocol, c.data["sender"])].is_valid(obj)

@@ -192,16 +192,20 @@ def test_the_size_bound_counts_the_text_received(delta: int) -> None:
     assert (answers[0][0] == "accepted") == (delta <= 0)
 
 
-def test_a_text_that_voxwire_would_write_over_the_bound_is_refused() -> None:
+def test_a_text_that_voxwire_would_write_over_the_bound_is_decoded_and_not_encoded() -> None:
     """1e15 is read in 4 bytes and written in 18: the received text fits, the writing would not.
-    (The old codec accepted it and then could not encode what it had decoded.)"""
+    The bound is counted on the text as sent (spec: size-counted-as-sent), so decode accepts the
+    legal message, as every input type, and encode refuses to write it over the bound."""
     limit = brisvox.MAX_MESSAGE_BYTES
     head = '{"type":"tool.result","id":1,"result":['
     count = (limit - len(head) - 2) // 5
     text = head + ",".join(["1e15"] * count) + "]}"
     assert len(text) <= limit
-    _, code, _ = one_refusal(brisvox, text, "agent")
-    assert code == brisvox.ErrorCode.TOO_LARGE
+    answers = verdicts(brisvox, text, "agent")
+    assert all(a == answers[0] for a in answers) and answers[0][0] == "accepted"
+    with pytest.raises(brisvox.ProtocolError) as caught:
+        brisvox.encode(brisvox.decode(text, sender="agent"))
+    assert caught.value.code == brisvox.ErrorCode.TOO_LARGE
 
 
 @pytest.mark.parametrize("delta", [-1, 0, 1])

@@ -523,7 +523,7 @@ def test_the_message_size_bound_is_exact_in_utf8_bytes(
     sender, message_type, name = data.draw(st.sampled_from(_free_text_fields(protocol_id)))
     codec = CODECS[protocol_id]
     # The example as voxwire writes it (a ts fraction gets its six digits): the bound holds
-    # both for the text received and for voxwire's writing of it (spec: size-bound-both-ways).
+    # for the text received (spec: size-counted-as-sent), and this text is what voxwire writes.
     example = json.dumps(S.message(protocol, message_type).examples[0].json)
     obj = json.loads(codec.encode(codec.decode(example, sender=sender)))
     obj[name] = "X"

@@ -420,7 +420,7 @@ def _spec_table(p: Protocol) -> dict[str, Any]:
             for b in (f.minimum, f.maximum, f.min_length, f.max_length, f.min_bytes, f.max_bytes)
             if b is not None and b.constant is not None
         }
-        | {p.max_message_bytes.py_name}
+        | {p.max_message_bytes.py_name, p.max_nesting_depth.py_name, p.max_read_depth.py_name}
     )
     enums = sorted(
         {
@@ -434,6 +434,8 @@ def _spec_table(p: Protocol) -> dict[str, Any]:
         "constants": constants,
         "enums": [ts.enum_values(e) for e in enums],
         "max_message_bytes": p.max_message_bytes.py_name,
+        "max_nesting_depth": p.max_nesting_depth.py_name,
+        "max_read_depth": p.max_read_depth.py_name,
         "codes": [(k, _literal(v)) for k, v in sorted(p.decode_errors.items())],
         "senders": [
             {

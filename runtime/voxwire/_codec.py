@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import re
 import reprlib
-from collections.abc import Callable, Mapping
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Final, Union
@@ -19,7 +21,7 @@ from typing import Any, Final, Union
 import msgspec
 
 from voxwire._rules import json_value_problem, native, written_difference
-from voxwire._scan import Scan, scan, scan_if_deeper
+from voxwire._scan import Scan, nesting, scan, scan_if_deeper
 from voxwire.errors import ProtocolError
 
 __all__ = [
@@ -117,10 +119,14 @@ class JsonCodec:
         protocol: The protocol's id, for messages (``brisvox``).
         error: The protocol's ``ProtocolError`` subclass.
         codes: The error code of each class of decode failure.
-        max_message_bytes: The largest message, in UTF-8 bytes: both as received and as
-            encoded by voxwire (a message whose encoding is larger is refused by decode too).
+        max_message_bytes: The largest message, in UTF-8 bytes: counted on the text as
+            received by decode, on what it writes by encode (spec decision
+            ``size-counted-as-sent``).
         max_nesting_depth: The deepest a value inside a message may nest arrays and objects,
             the message's own object counted as 1.
+        max_read_depth: The deepest a text is read at all: deeper is malformed, whatever
+            else it holds (msgspec runs out of stack near it, at a depth that depends on the
+            caller's stack: such a text is measured and, within the bound, read again).
         senders: Each sender's id and what it may send.
         field_codes: Error codes that replace the default for one field of one message,
             keyed by (wire type, JSON path with indices written ``[]``).
@@ -129,6 +135,7 @@ class JsonCodec:
     __slots__ = (
         "_all_types",
         "_codes",
+        "_decoders",
         "_depth",
         "_encoder",
         "_envelopes",
@@ -138,6 +145,7 @@ class JsonCodec:
         "_max",
         "_protocol",
         "_quarter",
+        "_read_depth",
         "_readers",
         "_runners",
         "_senders",
@@ -153,6 +161,7 @@ class JsonCodec:
         codes: DecodeErrorCodes,
         max_message_bytes: int,
         max_nesting_depth: int,
+        max_read_depth: int,
         senders: Mapping[str, SenderSpec],
         field_codes: Mapping[tuple[str, str], str],
     ) -> None:
@@ -161,9 +170,9 @@ class JsonCodec:
         self._codes = codes
         self._max = max_message_bytes
         self._depth = max_nesting_depth
-        # Every JSON token voxwire writes is at most 4 bytes for each character or byte read
-        # (1e15 is written 1000000000000000.0, always after a separator): a message of at most
-        # max/4 characters or bytes is within the bound both ways, with no counting.
+        self._read_depth = max_read_depth
+        # A character is at most 4 UTF-8 bytes: a text of at most max/4 characters (or bytes)
+        # is within the bound with no counting.
         self._quarter = max_message_bytes // 4
         self._senders = dict(senders)
         self._types_by_sender = {sid: _tags(spec.union) for sid, spec in senders.items()}
@@ -187,6 +196,7 @@ class JsonCodec:
         self._field_codes = dict(field_codes)
         self._encoder = msgspec.json.Encoder()
         decoders = {sid: msgspec.json.Decoder(spec.union).decode for sid, spec in senders.items()}
+        self._decoders = decoders
         self._ungated = {sid: self._ungated_runner(sid, decode) for sid, decode in decoders.items()}
         self._runners = {sid: self._runner(sid, decode) for sid, decode in decoders.items()}
 
@@ -226,9 +236,30 @@ class JsonCodec:
 
         return run
 
-    def _explain(self, exc: Exception, data: bytes | str, sender: str) -> UnknownMessage:
+    def _explain(self, exc: Exception, data: bytes | str, sender: str) -> Any:
         """Raise the protocol's error for a failed decode, or return the ``UnknownMessage``
-        that a message of a type this version does not know decodes to."""
+        that a message of a type this version does not know decodes to.
+
+        Where msgspec ran out of stack (here or on the error path), the text's depth decides:
+        beyond ``max_read_depth`` it is malformed; within it, it is read again with room, so
+        that no verdict depends on how deep the caller's stack already was.
+        """
+        try:
+            return self._explain_once(exc, data, sender)
+        except _OutOfStack:
+            pass
+        if nesting(data) > self._read_depth:
+            raise self._error(self._codes.malformed, self._too_deep_to_read) from None
+        with _stack_room(3 * self._read_depth):
+            try:
+                return self._decoders[sender](data)
+            except Exception as again:
+                try:
+                    return self._explain_once(again, data, sender)
+                except _OutOfStack:
+                    raise self._error(self._codes.malformed, self._too_deep_to_read) from None
+
+    def _explain_once(self, exc: Exception, data: bytes | str, sender: str) -> UnknownMessage:
         if isinstance(exc, msgspec.ValidationError):
             return self._recover(exc, data, sender)
         if isinstance(exc, msgspec.DecodeError | RecursionError | UnicodeEncodeError):
@@ -254,37 +285,26 @@ class JsonCodec:
 
         A str is text already; bytes may hold anything (msgspec skips unknown fields unread),
         so they must be UTF-8, and any other buffer is read as the bytes it holds. A message
-        over a quarter of the bound must fit the bound as received, and as voxwire writes it
-        again, so that what decode accepts encode writes.
+        over a quarter of the bound must fit the bound as received; how voxwire would write
+        it again does not count (encode bounds what it writes).
         """
         if data.__class__ is not bytes or not data.isascii():
             data = self._as_text(data)
-        ungated = self._ungated[sender]
-        if len(data) <= self._quarter:
-            return ungated(data)
-        self._check_size(data)
-        message = ungated(data)
-        payload = message.data if message.__class__ is UnknownMessage else message
-        size = len(self._encoder.encode(payload))
-        if size > self._max:
-            raise self._error(
-                self._codes.too_large,
-                f"{size} bytes as voxwire writes it, at most {self._max}",
-                message_type=message.type,
-            )
-        return message
+        if len(data) > self._quarter:
+            self._check_size(data)
+        return self._ungated[sender](data)
 
     def _failure(self, exc: Exception) -> ProtocolError:
         codes = self._codes
         if isinstance(exc, RecursionError):
-            return self._error(codes.malformed, self._too_deep)
+            raise _OutOfStack from None  # _explain measures the text's depth
         if isinstance(exc, UnicodeEncodeError):
             return self._error(codes.malformed, "text holds a lone surrogate (not valid UTF-8)")
         return self._error(codes.malformed, f"not valid JSON: {exc}")
 
     @property
-    def _too_deep(self) -> str:
-        return f"nested deeper than {self._depth} arrays and objects"
+    def _too_deep_to_read(self) -> str:
+        return f"nested deeper than {self._read_depth} arrays and objects"
 
     def encode(self, message: Any) -> bytes:
         """Check ``message`` against every rule of the spec and return compact UTF-8 JSON.
@@ -588,6 +608,22 @@ class JsonCodec:
             except msgspec.ValidationError as exc:
                 return self._recover(exc, data, sender, message_type)
         return UnknownMessage(type=message_type, data=whole)
+
+
+class _OutOfStack(Exception):
+    """msgspec ran out of stack reading a text: ``JsonCodec._explain`` measures its depth."""
+
+
+@contextmanager
+def _stack_room(frames: int) -> Iterator[None]:
+    """Python's recursion limit raised by ``frames`` for the block (msgspec counts its own
+    recursion against it)."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(limit + frames)
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 def field_of_refused(data: bytes | str, name: str) -> Any:

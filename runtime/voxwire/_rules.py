@@ -279,11 +279,12 @@ def _whole_minutes(offset: timedelta | None) -> bool:
     return offset is None or not offset % timedelta(minutes=1)
 
 
-def json_equal(a: Any, b: Any) -> bool:
-    """JSON equality: numbers by value (1 == 1.0), a boolean never equal to a number, and two
-    RFC 3339 date-times with a zone by the instant they name (...56Z == ...56.000Z)."""
+def json_equal(a: Any, b: Any, *, instants: bool = True) -> bool:
+    """JSON equality: numbers by value (1 == 1.0), a boolean never equal to a number, and,
+    with ``instants``, two RFC 3339 date-times with a zone by the instant they name
+    (...56Z == ...56.000Z); without, every string as written."""
     if isinstance(a, str) and isinstance(b, str) and a != b:
-        return _same_instant(a, b)
+        return instants and _same_instant(a, b)
     if isinstance(a, bool) or isinstance(b, bool):
         return isinstance(a, bool) and isinstance(b, bool) and a == b
     if isinstance(a, int | float) and isinstance(b, int | float):
@@ -292,11 +293,13 @@ def json_equal(a: Any, b: Any) -> bool:
         return (
             isinstance(b, list)
             and len(a) == len(b)
-            and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
+            and all(json_equal(x, y, instants=instants) for x, y in zip(a, b, strict=True))
         )
     if isinstance(a, dict):
         return (
-            isinstance(b, dict) and a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
+            isinstance(b, dict)
+            and a.keys() == b.keys()
+            and all(json_equal(a[k], b[k], instants=instants) for k in a)
         )
     return type(a) is type(b) and bool(a == b)
 

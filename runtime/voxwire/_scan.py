@@ -17,7 +17,7 @@ from typing import Final
 
 import msgspec
 
-__all__ = ["Scan", "Shown", "scan", "scan_if_deeper"]
+__all__ = ["Scan", "Shown", "nesting", "scan", "scan_if_deeper"]
 
 # A token after optional whitespace: a string (with the `:` after it, if one follows: a key), a
 # number, a literal or a punctuator (a run of `[`, `]` or `}` is one: deep nesting reads fast).
@@ -79,13 +79,19 @@ def scan_if_deeper(data: bytes | str, bound: int) -> Scan | None:
     brackets outside strings, at C speed; only a text that may be that deep is scanned.
     """
     blob = data.encode("utf-8") if isinstance(data, str) else data
-    if blob.count(b"[") + blob.count(b"{") <= bound + 1 or _nesting(blob) <= bound + 1:
+    if blob.count(b"[") + blob.count(b"{") <= bound + 1 or _bracket_depth(blob) <= bound + 1:
         return None
     found = scan(data, bound)
     return found if found.depth > bound + 1 else None
 
 
-def _nesting(blob: bytes) -> int:
+def nesting(data: bytes | str) -> int:
+    """How deep ``data`` nests arrays and objects outside strings, its outermost counted as 1:
+    exact as far as the text is JSON (measured at C speed, with no recursion)."""
+    return _bracket_depth(data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data)
+
+
+def _bracket_depth(blob: bytes) -> int:
     """The deepest nesting of the brackets outside strings: exact as far as the text is JSON,
     so at least as deep as a reader goes before it stops on what is not."""
     # An escaped backslash, then an escaped quote, are no string's end.

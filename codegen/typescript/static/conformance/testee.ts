@@ -41,13 +41,17 @@ function decodeOne(binding: Binding, data: Uint8Array | string, sender: string):
     if (exc instanceof VoxwireProtocolError) return { valid: false, code: exc.code };
     return { error: `decode threw ${String(exc)} (not a ProtocolError)` };
   }
-  let value: unknown;
+  const type = (message as { type: string }).type;
+  let written: string;
   try {
-    value = JSON.parse(binding.encode(message));
+    written = binding.encode(message);
   } catch (exc) {
+    if (exc instanceof VoxwireProtocolError) return { valid: true, type, encode_code: exc.code };
     return { error: `encode of the decoded message threw ${String(exc)}` };
   }
-  const got: Answer = { valid: true, type: (message as { type: string }).type, value };
+  // The text encode wrote is the answer's value as it is: a bigint read back by JSON.parse
+  // would be rounded (see answerLine).
+  const got: Answer = { valid: true, type, written };
   if (message instanceof binding.UnknownMessage) got["unknown"] = true;
   return got;
 }
@@ -231,6 +235,14 @@ function answerOne(request: { [key: string]: unknown }): Answer {
   }
 }
 
+/** One answer as a JSON line; a decoded message's `written` text becomes its `value` verbatim. */
+function answerLine(out: Answer): string {
+  const { written, ...rest } = out;
+  if (typeof written !== "string") return JSON.stringify(out) + "\n";
+  const head = JSON.stringify(rest);
+  return `${head.slice(0, -1)}${head.length > 2 ? "," : ""}"value":${written}}\n`;
+}
+
 const lines = createInterface({ input: process.stdin, crlfDelay: Infinity });
 let queue: Promise<void> = Promise.resolve();
 lines.on("line", (line) => {
@@ -247,6 +259,6 @@ lines.on("line", (line) => {
     } catch (exc) {
       out = { id: null, error: `not a JSON request: ${String(exc)}` };
     }
-    process.stdout.write(JSON.stringify(out) + "\n");
+    process.stdout.write(answerLine(out));
   });
 });

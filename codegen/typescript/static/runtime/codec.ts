@@ -17,8 +17,11 @@ import {
   parseStrict,
 } from "./json.js";
 
-/** A JSON value, as decoding returns it inside free-form fields. */
-export type JsonValue = null | boolean | number | string | readonly JsonValue[] | JsonObject;
+/**
+ * A JSON value, as decoding returns it inside free-form fields: an integer beyond 2^53 - 1 is a
+ * `bigint`, kept exactly (spec decision `integers-exact`).
+ */
+export type JsonValue = null | boolean | number | bigint | string | readonly JsonValue[] | JsonObject;
 export interface JsonObject {
   readonly [key: string]: JsonValue;
 }
@@ -109,7 +112,12 @@ export interface DecodeErrorCodes {
 
 export interface ProtocolSpec {
   readonly id: string;
+  /** The largest message in UTF-8 bytes, counted on the text as received (and as encoded). */
   readonly maxMessageBytes: number;
+  /** The deepest a message may nest arrays and objects, its own object counted as 1. */
+  readonly maxNestingDepth: number;
+  /** The deepest a text is read at all: deeper is malformed, whatever else it holds. */
+  readonly maxReadDepth: number;
   readonly codes: DecodeErrorCodes;
   readonly senders: { readonly [id: string]: SenderSpec };
   readonly structs: { readonly [name: string]: ObjectSpec };
@@ -147,6 +155,7 @@ interface Layout {
 
 const UNSET: unique symbol = Symbol("UNSET");
 const LONE_SURROGATE = "text holds a lone surrogate (not valid UTF-8)";
+const TOO_LARGE_NUMBER = "a number too large to represent";
 
 interface Pass {
   readonly messageType: string | null;
@@ -175,7 +184,7 @@ export class JsonCodec {
     const text = this.text(data);
     let parsed;
     try {
-      parsed = parseStrict(text);
+      parsed = parseStrict(text, this.spec.maxReadDepth);
     } catch (exc) {
       if (exc instanceof JsonSyntaxError) throw this.error("malformed", `not valid JSON: ${exc.message}`);
       throw exc;
@@ -186,6 +195,10 @@ export class JsonCodec {
     const message = this.byType.get(type);
     const pass: Pass = { messageType: type, fromUser: false, duplicates: parsed.duplicates };
     if (message === undefined || !message.senders.includes(sender)) {
+      // A message of no type of the sender's is read whole before its type is judged
+      // (spec decision `rule-order`): what is not JSON the protocol carries comes first.
+      if (parsed.overflow) throw this.error("malformed", TOO_LARGE_NUMBER);
+      if (parsed.deepest > this.spec.maxNestingDepth) this.checkNesting(root, pass, null);
       if (message !== undefined) {
         const by = [...message.senders].sort().join(", ");
         throw this.error("wrong_sender", `the ${sender} may not send it (sent by: ${by})`, null, type);
@@ -198,7 +211,27 @@ export class JsonCodec {
     }
     const out = this.readObject(message, root, "$", pass);
     this.checkObject(message, out, "$", pass);
+    if (parsed.deepest > this.spec.maxNestingDepth) this.checkNesting(out, pass);
     return out;
+  }
+
+  private get tooDeep(): string {
+    return `nested deeper than ${this.spec.maxNestingDepth} arrays and objects`;
+  }
+
+  /**
+   * Refuse a message with a value nested deeper than the bound, in what it keeps (a repeated
+   * key's earlier values are not kept); `messageType` null: an error of the text, not a type's.
+   */
+  private checkNesting(message: unknown, pass: Pass, messageType: string | null = pass.messageType): void {
+    const stack: [unknown, string, number][] = [[message, "$", 1]];
+    for (let item = stack.pop(); item !== undefined; item = stack.pop()) {
+      const [value, path, depth] = item;
+      if (!Array.isArray(value) && !isRawObject(value)) continue;
+      if (depth > this.spec.maxNestingDepth) throw this.error("malformed", this.tooDeep, path, messageType);
+      if (Array.isArray(value)) value.forEach((child, i) => stack.push([child, `${path}[${i}]`, depth + 1]));
+      else for (const key of Object.keys(value)) stack.push([(value as RawObject)[key], join(path, key), depth + 1]);
+    }
   }
 
   /** Check `message` against every rule of the spec and return its compact JSON text. */
@@ -212,6 +245,7 @@ export class JsonCodec {
     const pass: Pass = { messageType: type, fromUser: true, duplicates: null };
     const out = this.readObject(spec, message, "$", pass);
     this.checkObject(spec, out, "$", pass);
+    this.checkNesting(out, pass);
     return this.write(out, type);
   }
 
@@ -272,19 +306,25 @@ export class JsonCodec {
   private tag(root: RawObject, duplicates: Duplicates | null): string {
     const type = root["type"];
     if (type === undefined) throw this.error("malformed", "the object has no `type` field");
-    const earlier = duplicates?.get(root)?.get("type") ?? [];
-    for (const value of [...earlier, type]) {
+    const pairs = duplicates?.get(root);
+    const every = pairs === undefined ? [type] : pairs.filter(([key]) => key === "type").map(([, value]) => value);
+    for (const value of every) {
       if (typeof value !== "string") throw this.error("malformed", "`type` is not a string");
     }
-    if (earlier.some((value) => value !== type)) {
-      const all = [...earlier, type].map(show).join(", ");
-      throw this.error("malformed", `\`type\` is repeated with different values: ${all}`);
+    if (every.some((value) => value !== type)) {
+      throw this.error("malformed", `\`type\` is repeated with different values: ${every.map(show).join(", ")}`);
     }
     return type as string;
   }
 
   private write(value: unknown, type: string): string {
-    const text = JSON.stringify(value);
+    let text: string;
+    try {
+      text = JSON.stringify(value);
+    } catch (exc) {
+      if (!(exc instanceof TypeError)) throw exc;
+      text = stringify(value); // an integer no double holds: a bigint, written exactly
+    }
     const max = this.spec.maxMessageBytes;
     if (text.length * 3 > max) {
       const size = utf8Length(text);
@@ -330,29 +370,13 @@ export class JsonCodec {
     let required = 0;
     const out: Record<string, unknown> = {};
     if (pass.messageType !== null && path === "$" && "type" in source) out["type"] = source["type"];
-    const repeated = pass.duplicates?.get(value);
-    for (const key of Object.keys(source)) {
-      if (path === "$" && key === "type") continue;
-      const item = source[key];
-      if (item === undefined && pass.fromUser) continue; // an optional property left undefined
-      const field = fields.get(key);
-      if (field === undefined) {
-        if (spec.rejectUnknownFields) {
-          throw this.error("unknown_field", `Object contains unknown field \`${key}\``, join(path, key), pass.messageType);
-        }
-        if (pass.fromUser) {
-          throw this.error("wrong_type", `\`${key}\` is not a field of this message: the encoder writes only the spec's fields`, join(path, key), pass.messageType);
-        }
-        continue;
-      }
-      const where = join(path, key);
-      const earlier = repeated?.get(key);
-      if (earlier !== undefined) for (const occurrence of earlier) this.readField(field, occurrence, where, pass);
-      const read = this.readField(field, item, where, pass);
-      if (field.required) required++;
-      if (pass.fromUser && field.hasDefault && jsonEqual(read, field.default)) continue;
-      if (key === "__proto__") defineValue(out, key, read);
-      else out[key] = read;
+    // Every occurrence of a repeated key is read, in the order of the text, as msgspec reads.
+    const pairs = pass.duplicates?.get(value);
+    if (pairs === undefined) {
+      for (const key of Object.keys(source)) if (this.readPair(spec, fields, key, source[key], path, pass, out)) required++;
+    } else {
+      for (const [key, item] of pairs) this.readPair(spec, fields, key, item, path, pass, out);
+      required = spec.fields.filter((field) => field.required && Object.hasOwn(out, field.name)).length;
     }
     if (required < layout.required) {
       for (const field of spec.fields) {
@@ -364,6 +388,27 @@ export class JsonCodec {
     return out;
   }
 
+  /** Read one pair into `out`; whether it was a required field's. */
+  private readPair(spec: ObjectSpec, fields: Map<string, FieldSpec>, key: string, item: unknown, path: string, pass: Pass, out: Record<string, unknown>): boolean {
+    if (path === "$" && key === "type") return false;
+    if (item === undefined && pass.fromUser) return false; // an optional property left undefined
+    const field = fields.get(key);
+    if (field === undefined) {
+      if (spec.rejectUnknownFields) {
+        throw this.error("unknown_field", `Object contains unknown field \`${key}\``, join(path, key), pass.messageType);
+      }
+      if (pass.fromUser) {
+        throw this.error("wrong_type", `\`${key}\` is not a field of this message: the encoder writes only the spec's fields`, join(path, key), pass.messageType);
+      }
+      return false;
+    }
+    const read = this.readField(field, item, join(path, key), pass);
+    if (pass.fromUser && field.hasDefault && jsonEqual(read, field.default)) return field.required;
+    if (key === "__proto__") defineValue(out, key, read);
+    else out[key] = read;
+    return field.required;
+  }
+
   private readField(field: FieldSpec, value: unknown, path: string, pass: Pass): unknown {
     if (value === null) {
       if (field.nullable || (field.kind === "any" && field.shape === undefined)) return null;
@@ -372,18 +417,18 @@ export class JsonCodec {
     if (field.shape === undefined) return this.readValue(field, value, path, pass, true);
     if (field.shape === "array") {
       if (!Array.isArray(value)) throw this.wrongType(field, "array", value, path, pass);
-      this.count(field, value.length, "array", path, pass);
       const out = new Array<unknown>(value.length);
       for (let i = 0; i < value.length; i++) out[i] = this.readValue(field, value[i], `${path}[${i}]`, pass, false);
+      this.count(field, value.length, "array", path, pass); // after the items, as msgspec
       return out;
     }
     if (!isObject(value)) throw this.wrongType(field, "object", value, path, pass);
     const keys = Object.keys(value);
-    this.count(field, keys.length, "object", path, pass);
     const out: Record<string, unknown> = {};
     for (const key of keys) {
       defineValue(out, key, this.readValue(field, (value as RawObject)[key], join(path, key), pass, false));
     }
+    this.count(field, keys.length, "object", path, pass);
     return out;
   }
 
@@ -399,7 +444,7 @@ export class JsonCodec {
   /** One value: the field itself (`own`), or one item of its array or map. */
   private readValue(field: FieldSpec, value: unknown, path: string, pass: Pass, own: boolean): unknown {
     if (value instanceof NumberOverflow) {
-      throw this.error("malformed", "a number too large to represent", path, pass.messageType);
+      throw this.error("malformed", TOO_LARGE_NUMBER, path, pass.messageType);
     }
     if (value === null && !own && field.kind !== "any") {
       throw this.fail(field, "wrong_type", `Expected \`${expected(field)}\`, got \`null\``, path, pass, false);
@@ -422,6 +467,10 @@ export class JsonCodec {
         }
         return value;
       case "integer":
+        if (typeof value === "bigint") {
+          this.range(field, value, "int", path, pass, own); // exact: no double holds it
+          return value;
+        }
         if (typeof value !== "number" || !Number.isInteger(value)) {
           throw this.wrongType(field, "int", value, path, pass);
         }
@@ -429,7 +478,10 @@ export class JsonCodec {
         if (own) this.constant(field, value, path, pass);
         return value;
       case "number": {
-        const number = value instanceof FloatLiteral ? value.value : value;
+        const number = value instanceof FloatLiteral ? value.value : typeof value === "bigint" ? Number(value) : value;
+        if (number === Infinity || number === -Infinity) {
+          throw this.fail(field, "malformed", TOO_LARGE_NUMBER, path, pass, false);
+        }
         if (typeof number !== "number") throw this.wrongType(field, "float", value, path, pass);
         if (!Number.isFinite(number)) throw this.fail(field, "wrong_type", `${number} is not a JSON number`, path, pass, false);
         this.range(field, number, "float", path, pass, own);
@@ -449,10 +501,11 @@ export class JsonCodec {
       case "enum": {
         const values = field.values ?? [];
         const type = typeof values[0] === "number" ? "int" : "str";
-        if (type === "str" ? typeof value !== "string" : typeof value !== "number" || !Number.isInteger(value)) {
+        const integer = typeof value === "bigint" || (typeof value === "number" && Number.isInteger(value));
+        if (type === "str" ? typeof value !== "string" : !integer) {
           throw this.wrongType(field, type, value, path, pass);
         }
-        if (!values.includes(value as string | number)) {
+        if (typeof value === "bigint" || !values.includes(value as string | number)) {
           throw this.fail(field, "invalid_value", `Invalid enum value ${pyRepr(value)}`, path, pass, own);
         }
         return value;
@@ -481,7 +534,7 @@ export class JsonCodec {
     }
   }
 
-  private range(field: FieldSpec, value: number, type: string, path: string, pass: Pass, own: boolean): void {
+  private range(field: FieldSpec, value: number | bigint, type: string, path: string, pass: Pass, own: boolean): void {
     if (field.minimum !== undefined && value < field.minimum) {
       throw this.fail(field, "invalid_value", `Expected \`${type}\` >= ${field.minimum}`, path, pass, own);
     }
@@ -501,12 +554,17 @@ export class JsonCodec {
       if (!Number.isFinite(value)) throw this.error("wrong_type", `${value} is not a JSON number`, path, pass.messageType);
       return value;
     }
+    if (typeof value === "bigint") return value;
     if (value instanceof FloatLiteral) return value.value;
-    if (value instanceof NumberOverflow) throw this.error("malformed", "a number too large to represent", path, pass.messageType);
-    if (depth >= 1000) throw this.error("wrong_type", "nested too deeply to write", path, pass.messageType);
+    if (value instanceof NumberOverflow) throw this.error("malformed", TOO_LARGE_NUMBER, path, pass.messageType);
+    if (depth >= this.spec.maxReadDepth) throw this.error("wrong_type", "nested too deeply to write", path, pass.messageType);
     if (Array.isArray(value)) return value.map((item, i) => this.freeForm(item, `${path}[${i}]`, pass, depth + 1));
     if (isObject(value)) {
       const out: Record<string, unknown> = {};
+      // A repeated key's earlier values are read too (a number beyond a double is malformed
+      // wherever it stands, as msgspec reads every occurrence), and the last one is kept.
+      const pairs = pass.duplicates?.get(value);
+      if (pairs !== undefined) for (const [key, item] of pairs) this.freeForm(item, join(path, key), pass, depth + 1);
       for (const key of Object.keys(value)) {
         const item = (value as RawObject)[key];
         if (item === undefined && pass.fromUser) continue;
@@ -657,6 +715,21 @@ function defineValue(out: Record<string, unknown>, key: string, value: unknown):
   else out[key] = value;
 }
 
+/** `JSON.stringify` for a value holding a `bigint`, which it writes exactly, as its digits. */
+function stringify(value: unknown): string {
+  if (typeof value === "bigint") return value.toString();
+  if (Array.isArray(value)) return `[${value.map((item) => (item === undefined ? "null" : stringify(item))).join(",")}]`;
+  if (typeof value === "object" && value !== null) {
+    const parts: string[] = [];
+    for (const key of Object.keys(value)) {
+      const item = (value as RawObject)[key];
+      if (item !== undefined) parts.push(`${JSON.stringify(key)}:${stringify(item)}`);
+    }
+    return `{${parts.join(",")}}`;
+  }
+  return JSON.stringify(value);
+}
+
 function join(path: string, key: string): string {
   return `${path}.${key}`;
 }
@@ -672,6 +745,7 @@ function jsonType(value: unknown): string {
   if (typeof value === "string") return "str";
   if (typeof value === "boolean") return "bool";
   if (typeof value === "number") return Number.isInteger(value) ? "int" : "float";
+  if (typeof value === "bigint") return "int";
   if (value instanceof FloatLiteral) return "float";
   if (Array.isArray(value)) return "array";
   if (typeof value === "object") return "object";
@@ -689,6 +763,7 @@ function pyRepr(value: unknown): string {
 }
 
 function show(value: unknown): string {
+  if (typeof value === "bigint") return value.toString();
   return typeof value === "string" ? pyRepr(value) : JSON.stringify(value) ?? String(value);
 }
 
@@ -766,9 +841,11 @@ const DATE_TIME = /^(\d{4})-(\d\d)-(\d\d)[Tt ](\d\d):(\d\d):(\d\d)(?:\.(\d+))?(?
 const DAYS = [31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
 
 /**
- * An RFC 3339 date-time with a zone in one canonical form (`T`, `Z` upper case, the fraction
- * rounded to the microsecond, an offset with its colon), or `null` when it names no instant:
- * the calendar is checked (30 February, hour 24 and second 60 are invalid).
+ * An RFC 3339 date-time with a zone in the one form both bindings write (spec decision
+ * `ts-written-one-way`): `T`; the fraction rounded to the microsecond and written with six
+ * digits, or left out when it is zero; `Z` for a zero offset, else the offset with its colon.
+ * `null` when it names no instant: the calendar is checked (30 February, hour 24 and second 60
+ * are invalid).
  */
 export function canonicalDateTime(text: string): string | null {
   const m = DATE_TIME.exec(text);
@@ -782,12 +859,12 @@ export function canonicalDateTime(text: string): string | null {
   if (year < 1 || month < 1 || month > 12 || day < 1 || day > days) return null;
   if (Number(h) > 23 || Number(mi) > 59 || Number(s) > 59) return null;
   if (z === undefined && (Number(oh) > 23 || Number(om) > 59)) return null;
-  const zone = z !== undefined ? "Z" : `${sign}${oh}:${om}`;
+  const zone = z !== undefined || (oh === "00" && om === "00") ? "Z" : `${sign}${oh}:${om}`;
   let clock = `${h}:${mi}:${s}`;
   let date = `${y}-${mo}-${d}`;
   let micros = "";
   if (fraction !== undefined) {
-    if (fraction.length <= 6) micros = `.${fraction}`;
+    if (fraction.length <= 6) micros = `.${fraction.padEnd(6, "0")}`;
     else {
       const head = Number(fraction.slice(0, 6));
       const rest = fraction.slice(6);
@@ -799,9 +876,10 @@ export function canonicalDateTime(text: string): string | null {
         const iso = next.toISOString();
         date = iso.slice(0, 10);
         clock = iso.slice(11, 19);
-        micros = ".000000";
+        micros = "";
       } else micros = `.${String(rounded).padStart(6, "0")}`;
     }
   }
+  if (micros === ".000000") micros = "";
   return `${date}T${clock}${micros}${zone}`;
 }

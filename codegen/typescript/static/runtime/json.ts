@@ -1,8 +1,9 @@
 /**
  * A strict JSON reader that sees what `JSON.parse` hides: whether a number was written as an
- * integer (`4` against `4.0` or `4e0`), repeated keys, lone surrogate escapes, numbers beyond
- * the range of a double, and nesting depth. RFC 8259 exactly: no byte order mark, no comments,
- * no trailing commas, whitespace only from its four characters.
+ * integer (`4` against `4.0` or `4e0`), integers no double holds exactly (read as `bigint`,
+ * spec decision `integers-exact`), repeated keys, lone surrogate escapes, numbers beyond the
+ * range of a double, and nesting depth. RFC 8259 exactly: no byte order mark, no comments, no
+ * trailing commas, whitespace only from its four characters.
  */
 
 /** An integral number written with a fraction or an exponent (`4.0`, `4e0`): not a JSON integer. */
@@ -26,19 +27,24 @@ export class JsonSyntaxError extends Error {
   }
 }
 
-/** Every earlier occurrence of a repeated key, per object (the value kept is the last). */
-export type Duplicates = Map<object, Map<string, unknown[]>>;
+/**
+ * The pairs of each object in which a key repeats, every occurrence in the order of the text
+ * (the parsed object keeps the last value of each key).
+ */
+export type Duplicates = Map<object, (readonly [string, unknown])[]>;
 
 export interface Parsed {
   readonly value: unknown;
   /** `null` when no key repeats (the common case costs nothing). */
   readonly duplicates: Duplicates | null;
+  /** The deepest nesting of arrays and objects in the text, the outermost counted as 1. */
+  readonly deepest: number;
+  /** Whether a number beyond the range of a double was read (a `NumberOverflow`). */
+  readonly overflow: boolean;
 }
 
 /** A parsed object; a `__proto__` key is an own property like any other (as `JSON.parse` has it). */
 export type RawObject = { [key: string]: unknown };
-
-export const MAX_DEPTH = 1000;
 
 /** What makes a string need the careful path: an escape or a control character. */
 const SLOW_STRING = /[\\\u0000-\u001f]/;
@@ -47,18 +53,20 @@ const WS = new Uint8Array(128);
 WS[0x20] = WS[0x09] = WS[0x0a] = WS[0x0d] = 1;
 
 /** Read exactly one JSON value from `text`; raise `JsonSyntaxError` if it is not one. */
-export function parseStrict(text: string, maxDepth: number = MAX_DEPTH): Parsed {
+export function parseStrict(text: string, maxDepth: number): Parsed {
   const reader = new Reader(text, maxDepth);
   reader.skipWhitespace();
   const value = reader.value(0);
   reader.skipWhitespace();
   if (reader.at < text.length) reader.fail("unexpected text after the value");
-  return { value, duplicates: reader.duplicates };
+  return { value, duplicates: reader.duplicates, deepest: reader.deepest, overflow: reader.overflow };
 }
 
 class Reader {
   at = 0;
   duplicates: Duplicates | null = null;
+  deepest = 0;
+  overflow = false;
 
   constructor(
     readonly text: string,
@@ -108,7 +116,7 @@ class Reader {
     return value;
   }
 
-  number(): number | FloatLiteral | NumberOverflow {
+  number(): number | bigint | FloatLiteral | NumberOverflow {
     const text = this.text;
     const start = this.at;
     let at = start;
@@ -150,8 +158,14 @@ class Reader {
     this.at = at;
     const literal = text.slice(start, at);
     const value = Number(literal);
-    if (!Number.isFinite(value)) return new NumberOverflow(literal);
-    if (integral) return value === 0 ? 0 : value; // -0 is the integer 0
+    if (integral) {
+      if (Number.isSafeInteger(value)) return value === 0 ? 0 : value; // -0 is the integer 0
+      return BigInt(literal); // exactly as written, however long
+    }
+    if (!Number.isFinite(value)) {
+      this.overflow = true;
+      return new NumberOverflow(literal);
+    }
     return Number.isInteger(value) ? new FloatLiteral(value) : value;
   }
 
@@ -241,6 +255,7 @@ class Reader {
 
   array(depth: number): unknown[] {
     if (depth > this.maxDepth) this.fail(`nested deeper than ${this.maxDepth} levels`);
+    if (depth > this.deepest) this.deepest = depth;
     this.at++;
     const out: unknown[] = [];
     this.skipWhitespace();
@@ -263,8 +278,10 @@ class Reader {
 
   object(depth: number): RawObject {
     if (depth > this.maxDepth) this.fail(`nested deeper than ${this.maxDepth} levels`);
+    if (depth > this.deepest) this.deepest = depth;
     this.at++;
     const out: RawObject = {};
+    let pairs: (readonly [string, unknown])[] | null = null;
     this.skipWhitespace();
     if (this.text.charCodeAt(this.at) === 0x7d) {
       this.at++;
@@ -279,8 +296,11 @@ class Reader {
       this.at++;
       this.skipWhitespace();
       const value = this.value(depth);
-      const previous = out[key];
-      if (previous !== undefined && Object.hasOwn(out, key)) this.repeated(out, key, previous);
+      if (pairs === null && out[key] !== undefined && Object.hasOwn(out, key)) {
+        pairs = Object.keys(out).map((name) => [name, out[name]] as const); // the first repeat
+        (this.duplicates ??= new Map()).set(out, pairs);
+      }
+      if (pairs !== null) pairs.push([key, value]);
       if (key === "__proto__") Object.defineProperty(out, key, { value, enumerable: true, writable: true, configurable: true });
       else out[key] = value;
       this.skipWhitespace();
@@ -293,17 +313,6 @@ class Reader {
     }
   }
 
-  repeated(object: RawObject, key: string, previous: unknown): void {
-    this.duplicates ??= new Map();
-    let keys = this.duplicates.get(object);
-    if (keys === undefined) {
-      keys = new Map();
-      this.duplicates.set(object, keys);
-    }
-    const earlier = keys.get(key);
-    if (earlier === undefined) keys.set(key, [previous]);
-    else earlier.push(previous);
-  }
 }
 
 function isDigit(c: number): boolean {
