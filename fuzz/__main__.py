@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from fuzz.run import Report, TargetReport, run
-from fuzz.targets import TARGETS
+from fuzz.targets import DECODERS, TARGETS
 
 __all__ = ["main"]
 
@@ -48,7 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.differential:
         from fuzz.differential import main as differential
 
-        return differential(targets, args.inputs, args.seed, args.seconds, args.json)
+        decoders = [t for t in DECODERS if t in targets]
+        if len(decoders) < len(targets) and args.target:
+            parser.error("--differential compares the decoders of both bindings, not validate")
+        return differential(decoders, args.inputs, args.seed, args.seconds, args.json)
     if args.atheris:
         from fuzz.coverage import fuzz_with_atheris
 
