@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import fcntl
 import io
 import json
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -758,16 +760,22 @@ def test_every_option_and_argument_has_help() -> None:
 
 
 def test_ctrl_c_ends_the_command_with_130_and_no_traceback() -> None:
+    # The demo prints unbuffered into a pipe that holds one page, less than its output, and the
+    # test reads none of it before the signal: the demo cannot end before Ctrl-C lands.
+    page = 4096
     demo = subprocess.Popen(
-        [sys.executable, "-m", "voxwire", "demo"],
+        [sys.executable, "-u", "-m", "voxwire", "demo"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        pipesize=page,
     )
     assert demo.stdout is not None
-    assert demo.stdout.readline().startswith("brisvox: one call")  # it runs
+    assert fcntl.fcntl(demo.stdout, fcntl.F_GETPIPE_SZ) == page
+    printed, _, _ = select.select([demo.stdout], [], [], 60)  # it runs (nothing read yet)
     demo.send_signal(signal.SIGINT)
-    _, err = demo.communicate(timeout=30)
+    out, err = demo.communicate(timeout=30)
+    assert printed and out.startswith("brisvox: one call")
     assert demo.returncode == cli.INTERRUPTED
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
 
