@@ -17,7 +17,8 @@ from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
 from tests.faultproxy import FaultProxy
-from voxwire.clock import SYSTEM_CLOCK
+from tests.timing import Lateness
+from voxwire.clock import SYSTEM_CLOCK, SystemClock
 from voxwire.link import DownCause, Keepalive, Link, LinkDown, Outbound, Overflow, Put
 from voxwire.sansio import SendBinary, SendText
 
@@ -354,24 +355,43 @@ def test_an_exception_in_the_writer_takes_the_link_down_and_calls_back() -> None
     run(main)
 
 
+class _Bounds(SystemClock):
+    """Real time, noting when the link starts each wait it bounds (it asks ``real_seconds``)."""
+
+    def __init__(self) -> None:
+        self.started: list[float] = []
+
+    def real_seconds(self, seconds: float) -> float:
+        self.started.append(time.monotonic())
+        return seconds
+
+
 def test_a_peer_that_stops_reading_fails_the_drain_within_the_drain_timeout() -> None:
+    drain = 0.5
+
     async def main() -> None:
-        async with peer_and_client(proxy=True) as (peer, ws, proxy):
+        async with peer_and_client(proxy=True) as (peer, ws, proxy), Lateness() as late:
             assert proxy is not None
-            seen, on_down = downs()
+            seen, fell = [], []
+
+            def on_down(down: LinkDown) -> None:
+                seen.append(down.cause)
+                fell.append(time.monotonic())
+
+            clock = _Bounds()
             outbound = Outbound(event_bound=4096, overflow=Overflow.DROP)
-            link = Link(ws, outbound, clock=SYSTEM_CLOCK, drain_timeout=0.5, on_down=on_down)
+            link = Link(ws, outbound, clock=clock, drain_timeout=drain, on_down=on_down)
             link.event(text(0))
             while len(peer.received) < 1:
                 await asyncio.sleep(0.01)
             proxy.stall()
-            started = time.monotonic()
             for n in range(1, 1001):  # 64 MB: more than every buffer on the way holds
                 link.event(text(n, size=64_000))
             await link.wait_closed()
-            took = time.monotonic() - started
-            assert [d.cause for d in seen] == [DownCause.DRAIN_TIMEOUT]
-            assert 0.5 <= took < 2.0
+            assert seen == [DownCause.DRAIN_TIMEOUT]
+            started, [down] = clock.started[-1], fell  # the drain that never ended, and the end
+            # the timer, then the writer task it cancels, which takes the link down
+            assert drain <= down - started <= drain + late.allowance(started, down, hops=2)
 
     run(main)
 
