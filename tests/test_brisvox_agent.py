@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -14,6 +15,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
 from tests.peers.raw import DEADLINE, RawEngine, aio, frame, start, tool_call
+from tests.timing import Lateness
 from voxwire import brisvox
 from voxwire.brisvox.agent import (
     Accept,
@@ -544,13 +546,26 @@ async def test_a_resumption_of_an_unknown_call_is_rejected_unknown_session() -> 
 @aio
 async def test_a_parked_call_expires_after_the_window() -> None:
     recorder = Recorder()
-    clock = ScaledClock(50)
-    async with agent(recorder, resume=True, resume_window=15.0, clock=clock) as server:
+    clock, window = ScaledClock(50), 15.0  # 15 s pass in 0.3 s
+    unhurried = clock.factor * DEADLINE  # a handshake timeout load never trips
+    async with (
+        agent(
+            recorder, resume=True, resume_window=window, clock=clock, handshake_timeout=unhurried
+        ) as server,
+        Lateness() as late,
+    ):
         engine = await _engine(server)
         await engine.handshake()
+        before = time.monotonic()
         await engine.close()
-        [closed] = await recorder.wait_for(LinkClosed)  # 15 s pass in 0.3 s
+        lost = time.monotonic()
+        [closed] = await recorder.wait_for(LinkClosed)
+        ended = time.monotonic()
         assert "resume window" in closed.reason and server.calls == 0
+        # never early; late by no more than the loop was: the agent's reader, its expiry timer
+        # and the task it wakes, the call's handler, this test's poll
+        assert clock.real_seconds(window) <= ended - before
+        assert ended - lost <= clock.real_seconds(window) + late.allowance(lost, ended, hops=5)
         engine = await _engine(server)
         reject = await engine.handshake(_resuming(seq=5, previous_seq=1))
         assert isinstance(reject, brisvox.SessionReject) and reject.code == "unknown_session"

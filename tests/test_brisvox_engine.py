@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import ssl
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from msgspec import UNSET
 from websockets.asyncio.server import ServerConnection, serve
 
 from tests.peers.raw import DEADLINE, aio
+from tests.timing import STEP, Lateness
 from voxwire import brisvox
 from voxwire.brisvox.agent import AgentServer, AgentSession, LinkClosed, Resumed, Tool, ToolContext
 from voxwire.brisvox.engine import (
@@ -26,7 +28,7 @@ from voxwire.brisvox.engine import (
     load_config,
     sip_user_part,
 )
-from voxwire.brisvox.engine_core import AgentAccepted, LinkDown, ToolOutcome
+from voxwire.brisvox.engine_core import AgentAccepted, LinkDown, LinkSettings, ToolOutcome
 from voxwire.brisvox.outputs import HandshakeFailed
 from voxwire.brisvox.testing import AgentCall, AgentRefused
 from voxwire.clock import ScaledClock
@@ -201,11 +203,33 @@ async def test_an_agent_that_never_answers_fails_the_handshake_within_its_timeou
 
 @aio
 async def test_pings_are_sent_every_interval_and_answered() -> None:
+    clock = ScaledClock(100)  # a 10 s interval in 0.1 s
+    interval = LinkSettings().ping_interval
+    # The other bounds as long as the test may wait: load never trips them.
+    unhurried = clock.factor * DEADLINE
+    settings = LinkSettings(
+        connect_timeout=unhurried,
+        handshake_timeout=unhurried,
+        write_timeout=unhurried,
+        silence_timeout=unhurried,
+    )
     server = AgentServer(Luigi().on_session, token=TOKEN)
-    async with server, AgentCall.open(server.url, token=TOKEN, clock=ScaledClock(100)) as call:
-        await asyncio.sleep(0.45)  # 45 s of call time: 4 pings
-        link = call.link
-        assert link.pings >= 3 and link.pongs >= link.pings - 1 and link.up
+    async with server, Lateness() as late:
+        before = time.monotonic()
+        async with AgentCall.open(server.url, token=TOKEN, clock=clock, settings=settings) as call:
+            up, link = time.monotonic(), call.link
+            while link.pings < 3:
+                await asyncio.sleep(STEP)
+            third = time.monotonic()
+            # never early; late by no more than the loop was: three timers, the third ping's
+            # task, this loop's poll
+            assert clock.real_seconds(3 * interval) <= third - before
+            assert third - up <= clock.real_seconds(3 * interval) + late.allowance(
+                up, third, hops=5
+            )
+            while link.pongs < 3:
+                await asyncio.sleep(STEP)
+            assert link.up
 
 
 @aio
