@@ -4,8 +4,9 @@ The gateway runs in a child process (``python -m tests.test_ovp_load``), so the 
 a core each, as they would in production. Every call streams ``SECONDS`` of audio at its real
 pace and sends events; the gateway echoes every frame and adds a transcript every 10 frames.
 The test checks that every frame arrived in order both ways and every event exactly once, and
-reports the pace achieved and the echo latency. Bounded: the child serves ``CALLS`` sessions
-and exits, and stops by itself after ``CHILD_LIFETIME_S`` in any case.
+reports the pace achieved and the echo latency. Its bounds allow the time either process waited
+for a CPU (a loaded machine), as the child reports it when done. Bounded: the child serves
+``CALLS`` sessions and exits, and stops by itself after ``CHILD_LIFETIME_S`` in any case.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import time
 
 from tests.conftest import ROOT
 from tests.test_ovp_support import AGENT, CALL, SECRET, ovp_client, run, token
+from tests.timing import waited
 from voxwire import ovp
 from voxwire.ovp.gateway import Gateway, GatewaySession
 
@@ -56,7 +58,7 @@ async def echo(session: GatewaySession) -> None:
 
 
 async def serve_calls() -> None:
-    """The child: print the port, serve CALLS sessions, then exit."""
+    """The child: print the port, serve CALLS sessions, print how long it waited for a CPU."""
     ended = 0
     done = asyncio.Event()
 
@@ -69,8 +71,10 @@ async def serve_calls() -> None:
 
     async with Gateway(handler, secret=SECRET) as gateway:
         print(gateway.port, flush=True)
+        ready = waited()
         async with asyncio.timeout(CHILD_LIFETIME_S):
             await done.wait()
+        print(waited() - ready, flush=True)
         await asyncio.sleep(0.5)  # let the last closing handshakes finish
 
 
@@ -129,7 +133,9 @@ def test_a_hundred_concurrent_calls_deliver_every_frame_in_order() -> None:
             )
             return time.perf_counter() - began, late
 
+        ready = waited()
         elapsed, late = run(main(), timeout=CHILD_LIFETIME_S)
+        allowed = waited() - ready + float(child.stdout.readline())
         assert child.wait(timeout=10) == 0
     finally:
         if child.poll() is None:
@@ -142,9 +148,10 @@ def test_a_hundred_concurrent_calls_deliver_every_frame_in_order() -> None:
         f"\n{CALLS} calls x {FRAMES} frames each way ({SECONDS:g} s of audio) in {elapsed:.2f} s; "
         f"last frame late by {statistics.median(late) * 1000:.0f} ms (median call), "
         f"{max(late) * 1000:.0f} ms (worst); "
-        f"echo latency p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms"
+        f"echo latency p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms; "
+        f"both processes waited {allowed:.2f} s for a CPU"
     )
-    assert p99 < 2.0 and elapsed < 3 * SECONDS
+    assert p99 < 2.0 + allowed and elapsed < 3 * SECONDS + allowed
 
 
 if __name__ == "__main__":

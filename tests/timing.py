@@ -4,7 +4,8 @@ A timer fires late by as long as its process was not scheduled or its loop was b
 ``ScaledClock`` multiplies that lateness by its factor. A test that bounds a timer from above
 allows what :class:`Lateness` measured while the timer ran, instead of a fixed margin (too wide
 on an idle machine to catch a late timer, too narrow on a busy one). A lower bound (never early)
-allows nothing.
+allows nothing. A bound on a whole run's real time (a load test's pace) allows instead what
+:func:`waited` measured: the time the process was ready to run and waited for a CPU.
 
 ```python
 async with Lateness() as late:
@@ -18,9 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 from types import TracebackType
 
-__all__ = ["STEP", "Lateness"]
+__all__ = ["STEP", "Lateness", "waited"]
 
 STEP = 0.005
 """Seconds between the probe's wake-ups: a stall shorter than this may go unmeasured."""
@@ -69,3 +71,10 @@ class Lateness:
         a task it wakes, ...) may have finished in [``start``, ``end``]: the time the loop ran
         late, and for each hop one step (a stall may begin just after the probe ran)."""
         return self.late(start, end) + hops * STEP
+
+
+def waited(pid: int | None = None) -> float:
+    """Seconds the main thread of this process (or of ``pid``) has waited for a CPU while ready
+    to run, since it started: the kernel's run delay, which only a loaded machine makes long."""
+    stat = Path("/proc", str(pid) if pid is not None else "self", "schedstat")
+    return int(stat.read_text(encoding="ascii").split()[1]) / 1e9
