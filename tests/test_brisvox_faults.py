@@ -63,10 +63,13 @@ def _resumed(call: AgentCall) -> bool:
 @aio
 async def test_silence_is_detected_and_the_resumption_takes_over_the_half_open_link() -> None:
     seen = Seen()
+    clock = ScaledClock(100)
+    unhurried = clock.factor * DEADLINE  # the (re)connections': a loaded machine never trips them
+    settings = LinkSettings(connect_timeout=unhurried, handshake_timeout=unhurried)
     async with (
         AgentServer(seen, token=None, resume=True) as server,
         FaultProxy(server.port) as proxy,
-        AgentCall.open(proxy.url, clock=ScaledClock(100)) as call,
+        AgentCall.open(proxy.url, clock=clock, settings=settings) as call,
     ):
         call.user_says("before")
         await _until(lambda: seen.texts() == ["before"])

@@ -9,12 +9,13 @@ import json
 from pathlib import Path
 
 from tests.faultproxy import FaultProxy
-from tests.peers.raw import aio
+from tests.peers.raw import DEADLINE, aio
 from tests.test_brisvox_faults import Seen, _resumed, _until
 from tests.test_ovp_resume import talking
 from tests.test_ovp_support import SESSION, eventually, ovp_client, run, serving
 from voxwire import brisvox
 from voxwire.brisvox.agent import AgentServer
+from voxwire.brisvox.engine_core import LinkSettings
 from voxwire.brisvox.testing import AgentCall
 from voxwire.clock import ScaledClock
 from voxwire.ovp.client import OVPClient
@@ -77,12 +78,19 @@ def test_a_brisvox_call_resumed_after_a_reset_records_its_links_on_both_sides(
 ) -> None:
     agent_capture, engine_capture = tmp_path / "agent.jsonl", tmp_path / "engine.jsonl"
     seen = Seen()
+    clock = ScaledClock(100)  # the reconnection's backoff in ms
+    unhurried = clock.factor * DEADLINE  # what a loaded machine must not trip: no drop but ours
+    settings = LinkSettings(
+        connect_timeout=unhurried, handshake_timeout=unhurried, silence_timeout=unhurried
+    )
 
     async def main() -> None:
         async with (
             AgentServer(seen, token=None, resume=True, record=str(agent_capture)) as server,
             FaultProxy(server.port) as proxy,
-            AgentCall.open(proxy.url, clock=ScaledClock(100), record=engine_capture) as call,
+            AgentCall.open(
+                proxy.url, clock=clock, settings=settings, record=engine_capture
+            ) as call,
         ):
             call.user_says("before")
             await _until(lambda: seen.texts() == ["before"])
