@@ -59,18 +59,18 @@ class Lateness:
             if woke > self._due:
                 self._spans.append((self._due, woke))
 
-    def late(self, start: float, end: float) -> float:
+    def overdue(self, start: float, end: float) -> float:
         """Seconds of [``start``, ``end``] in which the loop ran late (the probe was overdue)."""
-        spans = list(self._spans)
-        if self._due is not None and time.monotonic() > self._due:
-            spans.append((self._due, time.monotonic()))  # overdue now, and not run yet
+        spans, now = list(self._spans), time.monotonic()
+        if self._due is not None and now > self._due:
+            spans.append((self._due, now))  # overdue now, and not run yet
         return sum(max(0.0, min(woke, end) - max(due, start)) for due, woke in spans)
 
     def allowance(self, start: float, end: float, *, hops: int = 1) -> float:
         """How much later than due something that took ``hops`` wake-ups of the loop (a timer,
         a task it wakes, ...) may have finished in [``start``, ``end``]: the time the loop ran
         late, and for each hop one step (a stall may begin just after the probe ran)."""
-        return self.late(start, end) + hops * STEP
+        return self.overdue(start, end) + hops * STEP
 
 
 def waited(pid: int | None = None) -> float:
