@@ -763,13 +763,19 @@ def test_ctrl_c_ends_the_command_with_130_and_no_traceback() -> None:
     # The demo prints unbuffered into a pipe that holds one page, less than its output, and the
     # test reads none of it before the signal: the demo cannot end before Ctrl-C lands.
     page = 4096
-    demo = subprocess.Popen(
-        [sys.executable, "-u", "-m", "voxwire", "demo"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        pipesize=page,
-    )
+    # Where this test runs with Ctrl-C ignored (started in the background by a script), the demo
+    # would inherit that; a handler is not inherited across exec, so it gets the default.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        demo = subprocess.Popen(
+            [sys.executable, "-u", "-m", "voxwire", "demo"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            pipesize=page,
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert demo.stdout is not None
     assert fcntl.fcntl(demo.stdout, fcntl.F_GETPIPE_SZ) == page
     printed, _, _ = select.select([demo.stdout], [], [], 60)  # it runs (nothing read yet)
