@@ -130,12 +130,14 @@ async def test_a_truncated_frame_drops_the_link_and_it_is_reopened() -> None:
 async def test_a_delayed_agent_misses_the_handshake_timeout() -> None:
     async with AgentServer(Seen(), token=None) as server, FaultProxy(server.port) as proxy:
         proxy.delay = 0.3
+        clock = ScaledClock(20)
         link = EngineLink(
             AgentTarget(check_url(proxy.url)),
             session_id="slow",
             agent="a",
-            clock=ScaledClock(20),
-            settings=LinkSettings(connect_timeout=20.0),
+            clock=clock,
+            # the upgrade is delayed too: a connect timeout load never trips
+            settings=LinkSettings(connect_timeout=clock.factor * DEADLINE),
         )
         assert not await link.start()  # 2 s of handshake pass in 0.1 s
         notice = await link.next_notice()
