@@ -206,13 +206,15 @@ async def test_a_slow_start_handler_is_rejected_within_the_budget() -> None:
         agent(Recorder(), on_start=on_start, handshake_timeout=0.2) as server,
         Lateness() as late,
     ):
+        before = time.monotonic()  # the budget runs from the connection
         engine = await _engine(server)
         began = time.monotonic()
         assert await engine.handshake() == brisvox.SessionReject(
             code="unavailable", message="handshake budget exceeded"
         )
         ended = time.monotonic()  # the budget's timer, the reject written and read
-        assert 0.2 <= ended - began <= 0.2 + late.allowance(began, ended, hops=4)
+        assert ended - before >= 0.2
+        assert ended - began <= 0.2 + late.allowance(began, ended, hops=4)
 
 
 @aio
