@@ -246,9 +246,15 @@ def test_validate_passes_the_demos_recordings(
     path = demo[1] / f"{protocol}.jsonl"
     done = voxwire("validate", str(path), "--protocol", protocol)
     assert done.returncode == 0, done.stdout
-    frames = "0 frames" if protocol == "brisvox" else "170 frames"
+    # The OVP demo's periodic events (call.quality.update, agent.cost.tick) come once or twice,
+    # as the call's real time decides: the summary is held to the lines the capture holds.
+    lines = [json.loads(line) for line in path.read_text().splitlines()[1:]]
+    messages = sum("text" in line for line in lines)
+    frames = sum("binary" in line for line in lines)
+    assert messages >= (29 if protocol == "brisvox" else 33)
+    assert frames == (0 if protocol == "brisvox" else 170)
     assert done.stdout.splitlines() == [
-        f"{path}: {29 if protocol == 'brisvox' else 33} messages, {frames}, 0 violations"
+        f"{path}: {messages} messages, {frames} frames, 0 violations"
     ]
 
 
