@@ -466,7 +466,11 @@ def test_a_deep_skipped_field_after_an_error_gets_one_answer_at_any_stack_depth(
     assert len(answers) == 1, answers
     (answer,) = answers
     codes = protocol.codec._CODEC._codes
-    assert answer[:2] == (getattr(codes, code), path)
+    if depth + 1 > protocol.MAX_READ_DEPTH:  # deeper than a text is read: malformed first
+        assert answer[:2] == (codes.malformed, None)
+        assert f"nested deeper than {protocol.MAX_READ_DEPTH}" in answer[3]
+    else:
+        assert answer[:2] == (getattr(codes, code), path)
 
 
 @pytest.mark.parametrize(
@@ -479,7 +483,8 @@ def test_a_deep_skipped_field_after_an_error_gets_one_answer_at_any_stack_depth(
 def test_a_deep_text_after_an_error_is_read_in_order_at_any_stack_depth(
     tail: str, detail: str
 ) -> None:
-    text = '{"type":"say","text":5,"pad":' + "[" * 3000 + "]" * 3000 + tail
+    depth = brisvox.MAX_READ_DEPTH - 1  # within the read depth: read in order, with room
+    text = '{"type":"say","text":5,"pad":' + "[" * depth + "]" * depth + tail
     answers = {
         _at_stack_depth(frames, lambda: _answer(brisvox, text, "agent")) for frames in STACK_DEPTHS
     }
@@ -491,16 +496,21 @@ def test_a_deep_text_after_an_error_is_read_in_order_at_any_stack_depth(
 
 def test_an_unknown_message_deeper_than_the_bound_is_refused_by_the_path_of_its_depth() -> None:
     bound = brisvox.MAX_NESTING_DEPTH
-    for depth in (bound, 5000):
+    for depth in (bound, brisvox.MAX_READ_DEPTH - 1):
         text = '{"type":"x.unknown","seq":1,"t_ms":0,"pad":' + "[" * depth + "]" * depth + "}"
         _, code, path = one_refusal(brisvox, text, "server")
         assert (code, path) == (brisvox.ErrorCode.BAD_MESSAGE, "$.pad" + "[0]" * (bound - 1))
+    depth = brisvox.MAX_READ_DEPTH  # with its object, one level past the read depth
+    text = '{"type":"x.unknown","seq":1,"t_ms":0,"pad":' + "[" * depth + "]" * depth + "}"
+    _, code, path = one_refusal(brisvox, text, "server")
+    assert (code, path) == (brisvox.ErrorCode.BAD_MESSAGE, None)
     fits = '{"type":"x.unknown","seq":1,"t_ms":0,"pad":' + "[" * (bound - 1) + "]" * (bound - 1)
     assert verdicts(brisvox, fits + "}", "server")[0][0] == "accepted"
 
 
 def test_a_deep_unknown_message_with_a_number_too_large_is_refused_for_the_number() -> None:
-    text = '{"type":"x.unknown","seq":1e400,"pad":' + "[" * 3000 + "]" * 3000 + "}"
+    depth = brisvox.MAX_READ_DEPTH - 1
+    text = '{"type":"x.unknown","seq":1e400,"pad":' + "[" * depth + "]" * depth + "}"
     _, code, path = one_refusal(brisvox, text, "server")
     assert (code, path) == (brisvox.ErrorCode.BAD_MESSAGE, None)
     with pytest.raises(brisvox.ProtocolError, match="too large to represent"):

@@ -21,7 +21,7 @@ from typing import Any, Final, Union
 import msgspec
 
 from voxwire._rules import json_value_problem, native, written_difference
-from voxwire._scan import Scan, nesting, scan, scan_if_deeper
+from voxwire._scan import Scan, deeper_than, scan, scan_if_deeper
 from voxwire.errors import ProtocolError
 
 __all__ = [
@@ -240,16 +240,17 @@ class JsonCodec:
         """Raise the protocol's error for a failed decode, or return the ``UnknownMessage``
         that a message of a type this version does not know decodes to.
 
-        Where msgspec ran out of stack (here or on the error path), the text's depth decides:
-        beyond ``max_read_depth`` it is malformed; within it, it is read again with room, so
-        that no verdict depends on how deep the caller's stack already was.
+        A text deeper than ``max_read_depth`` is malformed, whatever else it breaks (spec
+        decision ``rule-order``). Where msgspec ran out of stack on a text within it (here or
+        on the error path), the text is read again with room, so that no verdict depends on
+        how deep the caller's stack already was.
         """
+        if deeper_than(data, self._read_depth):
+            raise self._error(self._codes.malformed, self._too_deep_to_read) from None
         try:
             return self._explain_once(exc, data, sender)
         except _OutOfStack:
             pass
-        if nesting(data) > self._read_depth:
-            raise self._error(self._codes.malformed, self._too_deep_to_read) from None
         with _stack_room(3 * self._read_depth):
             try:
                 return self._decoders[sender](data)

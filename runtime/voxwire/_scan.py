@@ -17,7 +17,7 @@ from typing import Final
 
 import msgspec
 
-__all__ = ["Scan", "Shown", "nesting", "scan", "scan_if_deeper"]
+__all__ = ["Scan", "Shown", "deeper_than", "scan", "scan_if_deeper"]
 
 # A token after optional whitespace: a string (with the `:` after it, if one follows: a key), a
 # number, a literal or a punctuator (a run of `[`, `]` or `}` is one: deep nesting reads fast).
@@ -73,22 +73,23 @@ class Scan:
 
 
 def scan_if_deeper(data: bytes | str, bound: int) -> Scan | None:
-    """``scan(data, bound)`` if ``data`` nests deeper than ``bound`` + 1, else None.
-
-    Most texts hold too few openings to nest that deep; the rest are measured by their
-    brackets outside strings, at C speed; only a text that may be that deep is scanned.
-    """
-    blob = data.encode("utf-8") if isinstance(data, str) else data
-    if blob.count(b"[") + blob.count(b"{") <= bound + 1 or _bracket_depth(blob) <= bound + 1:
+    """``scan(data, bound)`` if ``data`` nests deeper than ``bound`` + 1, else None: only a
+    text that ``deeper_than`` finds that deep is scanned."""
+    if not deeper_than(data, bound + 1):
         return None
     found = scan(data, bound)
     return found if found.depth > bound + 1 else None
 
 
-def nesting(data: bytes | str) -> int:
-    """How deep ``data`` nests arrays and objects outside strings, its outermost counted as 1:
-    exact as far as the text is JSON (measured at C speed, with no recursion)."""
-    return _bracket_depth(data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data)
+def deeper_than(data: bytes | str, bound: int) -> bool:
+    """Whether ``data`` nests arrays and objects deeper than ``bound`` outside strings, its
+    outermost counted as 1: exact as far as the text is JSON, and with no recursion.
+
+    Most texts hold too few openings to nest that deep; the rest are measured by their
+    brackets outside strings, at C speed.
+    """
+    blob = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    return blob.count(b"[") + blob.count(b"{") > bound and _bracket_depth(blob) > bound
 
 
 def _bracket_depth(blob: bytes) -> int:
