@@ -9,6 +9,7 @@ the message classes' own: each runs its generated check when it is built, inside
 
 from __future__ import annotations
 
+import json
 import re
 import reprlib
 import sys
@@ -20,8 +21,8 @@ from typing import Any, Final, Union
 
 import msgspec
 
+from voxwire._depth import deeper_than
 from voxwire._rules import json_value_problem, native, written_difference
-from voxwire._scan import Scan, deeper_than, scan, scan_if_deeper
 from voxwire.errors import ProtocolError
 
 __all__ = [
@@ -268,17 +269,10 @@ class JsonCodec:
         if isinstance(exc, ProtocolError):
             # A message's check ran as msgspec built the message, before it read the text
             # after it: text that is not JSON is reported first, as a reader of it all would.
-            # (The error path reads with msgspec only a text no deeper than the bound + 1,
-            # which takes no more stack than a message decode accepts; a deeper one, with
-            # the scan alone: no stack depth changes its answer.)
-            deep = scan_if_deeper(data, self._depth)
-            if deep is None:
-                try:
-                    _SKIP(data)
-                except (msgspec.DecodeError, RecursionError) as syntax:
-                    raise self._failure(syntax) from None
-            elif deep.error is not None:
-                raise self._error(self._codes.malformed, f"not valid JSON: {deep.error}") from None
+            try:
+                _SKIP(data)
+            except (msgspec.DecodeError, RecursionError) as syntax:
+                raise self._failure(syntax) from None
         raise exc
 
     def _other(self, data: Any, sender: str) -> Any:
@@ -526,9 +520,6 @@ class JsonCodec:
 
     def _head_type(self, data: bytes | str, sender: str) -> str:
         """The type the sender's union dispatched on, reading ``type`` alone."""
-        deep = scan_if_deeper(data, self._depth)
-        if deep is not None:
-            return self._scanned_head(deep)
         try:
             head = self._heads[sender](data)
         except msgspec.ValidationError:
@@ -538,40 +529,39 @@ class JsonCodec:
         tag: str = head.__struct_config__.tag
         return tag
 
-    def _scanned_head(self, deep: Scan) -> str:
-        """What reading ``type`` alone answers, in the order it reads, for a text too deep."""
-        first, *later = deep.types or [None]
-        if isinstance(first, str) and any(other != first for other in later):
-            raise self._repeated()
-        if deep.error is not None or not isinstance(first, str):
-            raise self._error(self._codes.malformed, f"not valid JSON: {deep.error}")
-        return first
-
     def _repeated(self) -> ProtocolError:
         return self._error(
             self._codes.malformed, "`type` is repeated with another value", path="$.type"
         )
 
-    def _top_level_types(self, data: bytes | str, whole: dict[str, Any]) -> list[object]:
+    @staticmethod
+    def _top_level_types(data: bytes | str, whole: dict[str, Any]) -> list[object]:
         """Every value of the top-level ``type`` key, in order: the one ``whole`` kept, when
-        the text spells the key once and escapes nothing; else as the scan reads them."""
+        the text spells the key once and escapes nothing; else as ``json`` reads them (the
+        text is JSON: msgspec read it whole)."""
         once = (
             data.count('"type"') == 1 and "\\u" not in data
             if isinstance(data, str)
             else (data.count(b'"type"') == 1 and b"\\u" not in data)
         )
-        return [whole["type"]] if once else scan(data, self._depth).types
+        if once:
+            return [whole["type"]]
+        pairs: list[tuple[str, Any]] = []
+
+        def keep(found: list[tuple[str, Any]]) -> dict[str, Any]:
+            pairs[:] = found  # the top-level object is the last one the parser closes
+            return {}
+
+        try:
+            json.loads(data, object_pairs_hook=keep, parse_int=len, parse_float=len)
+        except RecursionError:
+            raise _OutOfStack from None  # _explain reads it again with room
+        return [value for key, value in pairs if key == "type"]
 
     def _unknown_tag(self, data: bytes | str, sender: str) -> UnknownMessage:
         codes = self._codes
-        deep = scan_if_deeper(data, self._depth)
-        if deep is not None:  # what msgspec would answer, in order; it reads the cut copy
-            if deep.overflow:
-                raise self._error(codes.malformed, "a number too large to represent")
-            if deep.error is not None:
-                raise self._error(codes.malformed, f"not valid JSON: {deep.error}")
         try:
-            whole = _ANY.decode(data if deep is None else deep.shallow)
+            whole = _ANY.decode(data)
         except msgspec.ValidationError:
             raise self._error(codes.malformed, "a number too large to represent") from None
         except (msgspec.DecodeError, RecursionError) as exc:
@@ -579,7 +569,7 @@ class JsonCodec:
         problem = json_value_problem(whole, "$", self._depth)
         if problem is not None:  # only depth: it was read as JSON
             raise self._error(codes.malformed, problem[1], path=problem[0])
-        types = deep.types if deep is not None else self._top_level_types(data, whole)
+        types = self._top_level_types(data, whole)
         message_type = types[0]
         if not isinstance(message_type, str) or any(t != message_type for t in types[1:]):
             raise self._error(
@@ -605,9 +595,11 @@ class JsonCodec:
         envelope = self._envelopes.get(sender)
         if envelope is not None:
             try:
-                envelope(data if deep is None else deep.shallow)
+                envelope(data)
             except msgspec.ValidationError as exc:
                 return self._recover(exc, data, sender, message_type)
+            except RecursionError:
+                raise _OutOfStack from None  # _explain reads it again with room
         return UnknownMessage(type=message_type, data=whole)
 
 
