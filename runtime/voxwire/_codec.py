@@ -13,6 +13,7 @@ import json
 import re
 import reprlib
 import sys
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -292,7 +293,7 @@ class JsonCodec:
     def _failure(self, exc: Exception) -> ProtocolError:
         codes = self._codes
         if isinstance(exc, RecursionError):
-            raise _OutOfStack from None  # _explain measures the text's depth
+            raise _OutOfStack from None  # _explain reads it again with room
         if isinstance(exc, UnicodeEncodeError):
             return self._error(codes.malformed, "text holds a lone surrogate (not valid UTF-8)")
         return self._error(codes.malformed, f"not valid JSON: {exc}")
@@ -604,19 +605,25 @@ class JsonCodec:
 
 
 class _OutOfStack(Exception):
-    """msgspec ran out of stack reading a text: ``JsonCodec._explain`` measures its depth."""
+    """msgspec or json ran out of stack reading a text no deeper than the read depth:
+    ``JsonCodec._explain`` reads it again with room."""
+
+
+_ROOM: Final = threading.Lock()
+"""One block at a time raises the limit, so two threads never restore each other's."""
 
 
 @contextmanager
 def _stack_room(frames: int) -> Iterator[None]:
     """Python's recursion limit raised by ``frames`` for the block (msgspec counts its own
-    recursion against it)."""
-    limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(limit + frames)
-    try:
-        yield
-    finally:
-        sys.setrecursionlimit(limit)
+    recursion against it); the error path only, so the lock is never contended for long."""
+    with _ROOM:
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(limit + frames)
+        try:
+            yield
+        finally:
+            sys.setrecursionlimit(limit)
 
 
 def field_of_refused(data: bytes | str, name: str) -> Any:
