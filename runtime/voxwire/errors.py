@@ -11,6 +11,8 @@ VoxwireError
 ├── ConfigError (ValueError) bad configuration, found at startup (an insecure URL, a CA bundle,
 │                            a TOML section, a gateway setting)
 ├── HandshakeError           the peer refused the session or the handshake failed
+├── SessionStateError (RuntimeError)
+│                            a call the session's state does not allow (its role's table refuses it)
 └── SessionClosed (ConnectionError)
                              nothing can be sent now: the session's link is closed, parked or
                              down
@@ -35,7 +37,14 @@ except ProtocolError as exc:
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "HandshakeError", "ProtocolError", "SessionClosed", "VoxwireError"]
+__all__ = [
+    "ConfigError",
+    "HandshakeError",
+    "ProtocolError",
+    "SessionClosed",
+    "SessionStateError",
+    "VoxwireError",
+]
 
 
 class VoxwireError(Exception):
@@ -89,6 +98,11 @@ class HandshakeError(VoxwireError):
 
 class SessionClosed(VoxwireError, ConnectionError):
     """Nothing can be sent now: the session's link is closed, parked or down."""
+
+
+class SessionStateError(VoxwireError, RuntimeError):
+    """A call the session's state does not allow (sending before the start or after the end):
+    an input the role's table (``voxwire.machine``) has no transition for."""
 
 
 def _rebuild(

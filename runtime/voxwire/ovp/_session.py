@@ -14,7 +14,7 @@ from typing import Any, Final, TypeVar
 
 import msgspec
 
-from voxwire.errors import VoxwireError
+from voxwire.errors import SessionStateError
 from voxwire.ovp import (
     CHANNELS,
     FRAME_MS,
@@ -73,10 +73,6 @@ messages do not count against it."""
 
 _SESSION_ID: Final = re.compile(SESSION_ID_PATH_PATTERN)
 _HALF_FRAME_SEQ: Final = FRAME_SEQ_MODULUS // 2
-
-
-class SessionStateError(VoxwireError, RuntimeError):
-    """A call the session's state does not allow (sending before the start or after the end)."""
 
 
 class Sent(msgspec.Struct, frozen=True):
