@@ -21,6 +21,7 @@ from xml.sax.saxutils import escape, quoteattr
 from codegen.flow_fields import ASIDE_WITH_VALUES, field_problems, frame_field_problems, shown
 from codegen.ir import Frame, Protocol
 from codegen.loader import Problem, RawSpec, SpecError, load
+from codegen.machines import Machine
 
 __all__ = [
     "FLOWS_DIR",
@@ -31,6 +32,7 @@ __all__ = [
     "Step",
     "frame_svg",
     "load_flows",
+    "machine_markdown",
     "sequence_svg",
     "state_svg",
 ]
@@ -487,6 +489,34 @@ class Edge:
     source: str
     target: str
     inputs: tuple[str, ...]
+
+
+def machine_markdown(machine: Machine, decisions_page: str) -> str:
+    """A role's session machine as a Markdown table: state, input, next state, actions, and the
+    decision a transition follows (linked into ``decisions_page``); below it, what each input
+    and action means."""
+    rows = ["| state | input | next state | actions | decision |", "|---|---|---|---|---|"]
+    for t in machine.transitions:
+        actions = ", ".join(f"`{a}`" for a in t.actions) or "-"
+        decision = f"[{t.decision}]({decisions_page}#decision-{t.decision})" if t.decision else ""
+        rows.append(f"| `{t.source}` | `{t.input}` | `{t.target}` | {actions} | {decision} |")
+    terms = [f"- `{i.id}`: {i.summary}" for i in machine.inputs]
+    terms += [f"- action `{a.id}`: {a.summary}" for a in machine.actions]
+    final = ", ".join(f"`{s}`" for s in machine.final)
+    groups = [f"- `{g.id}`: {g.summary} ({', '.join(g.states)})" for g in machine.groups]
+    return "\n".join(
+        [
+            *rows,
+            "",
+            f"Inputs and actions of the {machine.role} (final: {final}):",
+            "",
+            *terms,
+            "",
+            "State groups:",
+            "",
+            *groups,
+        ]
+    )
 
 
 def state_svg(title: str, states: list[str], edges: list[Edge]) -> str:

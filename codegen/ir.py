@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from codegen import names
 from codegen.loader import PathT, Problem, RawSpec, SpecError
+from codegen.machines import Machine, resolve_machines
 
 __all__ = [
     "JSON_SAFE_INTEGER",
@@ -379,6 +380,8 @@ class Protocol:
     """Every decision of the spec, wherever it stands, in file order."""
     spec_file: str
     spec_sha256: str
+    machines: tuple[Machine, ...] = ()
+    """Each role's session state machine (``sessions:``), in the spec's order."""
 
     def sender(self, sender_id: str) -> Sender:
         return next(s for s in self.senders if s.id == sender_id)
@@ -399,7 +402,11 @@ class Protocol:
 
 def resolve(raw: RawSpec) -> Protocol:
     """Resolve a schema-checked spec; raise :class:`SpecError` listing every problem."""
-    return _Resolver(raw).run()
+    protocol = _Resolver(raw).run()
+    roles = {s.role for s in protocol.senders}
+    decisions = {d.id for d in protocol.decisions}
+    machines = resolve_machines(raw, protocol.id, roles, decisions)
+    return dataclasses.replace(protocol, machines=machines)
 
 
 @dataclass

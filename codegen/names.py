@@ -54,6 +54,11 @@ __all__ = [
     "frame_header",
     "frame_size",
     "item_variable",
+    "machine",
+    "machine_actions",
+    "machine_inputs",
+    "machine_member",
+    "machine_states",
     "module_path",
     "plaintext_hosts",
     "raised_by",
@@ -141,6 +146,36 @@ def role_sends(role: str) -> str:
 def role_receives(role: str) -> str:
     """``client`` -> ``ClientReceives``: the typed ``on()`` of what the role receives."""
     return class_name(role) + "Receives"
+
+
+def machine(role: str) -> str:
+    """``client`` -> ``CLIENT_MACHINE``: a role's session table (``sessions:`` in the spec)."""
+    return f"{role.upper()}_MACHINE"
+
+
+def machine_states(role: str) -> str:
+    """``client`` -> ``ClientState``: the enum (or string union) of a role's session states."""
+    return class_name(role) + "State"
+
+
+def machine_inputs(role: str) -> str:
+    """``client`` -> ``ClientInput``: what moves a role's session."""
+    return class_name(role) + "Input"
+
+
+def machine_actions(role: str) -> str:
+    """``agent`` -> ``AgentAction``: what a role's transitions run on the way."""
+    return class_name(role) + "Action"
+
+
+def machine_member(item_id: str) -> str:
+    """``end_undelivered`` -> ``END_UNDELIVERED``: a state, input or action as an enum member."""
+    return item_id.upper()
+
+
+def state_group(role: str, group: str) -> str:
+    """(``gateway``, ``windowed``) -> ``GATEWAY_WINDOWED``: a named set of a role's states."""
+    return f"{role.upper()}_{group.upper()}"
 
 
 def send_method(wire_type: str) -> str:

@@ -23,6 +23,7 @@ import jinja2
 from codegen import names
 from codegen.ir import Constant, Field, Message, Protocol, Struct
 from codegen.jsonschema_export import export_schema
+from codegen.machines import machine_view
 from codegen.pymodel import (
     LINE_LENGTH,
     PyClass,
@@ -140,6 +141,8 @@ def render(protocol: Protocol) -> list[Output]:
     if protocol.frames:
         modules["frames.py"] = _frames(protocol, header)
     modules["roles.py"] = _roles(protocol, header)
+    if protocol.machines:
+        modules["machines.py"] = _machines(protocol, header)
     modules["_api.py"] = _init(protocol, header, modules)
     modules["__init__.pyi"] = _package_stub(header, package.removeprefix("generated/"), "_api")
     outputs = [
@@ -548,6 +551,24 @@ def _roles(p: Protocol, header: str) -> str:
         on_hook=names.ON_HOOK,
         on=names.ON,
         exports=_sorted_all(exports),
+    )
+
+
+def _machines(p: Protocol, header: str) -> str:
+    views = [machine_view(m) for m in p.machines]
+    exports = [
+        name
+        for v in views
+        for name in (
+            v["State"],
+            v["Input"],
+            v["Action"],
+            v["name"],
+            *(g["name"] for g in v["groups"]),
+        )
+    ]
+    return _TEMPLATES.get_template("machines.py.j2").render(
+        header=header, p=p, machines=views, exports=_sorted_all(exports)
     )
 
 

@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Mapping
-from enum import Enum
 from typing import Any
 
-from tests.conftest import ROOT
 from tests.test_ovp_support import AGENT, CALL, MOMENT, PCM, SESSION, TS
 from voxwire import ovp
 from voxwire.ovp._session import AUDIO_FORMAT
@@ -96,18 +93,3 @@ def drop_and_reopen(core: GatewayCore, link: int, at: float, reopen: float) -> i
     new, out = core.open_link(reopen)
     assert out == []
     return new
-
-
-def table_markdown(table: Mapping[Enum, Mapping[Enum, Enum]]) -> str:
-    rows = ["| state | input | next state |", "|---|---|---|"]
-    for state, moves in table.items():
-        rows += [f"| `{state.value}` | {e.value} | `{nxt.value}` |" for e, nxt in moves.items()]
-    return "\n".join(rows)
-
-
-def check_table(table: Mapping[Enum, Mapping[Enum, Enum]]) -> None:
-    """The session guide shows ``table``; every target is a state; only ``over`` is final."""
-    assert table_markdown(table) in (ROOT / "docs" / "ovp-sessions.md").read_text()
-    states = set(table)
-    assert all(nxt in states for moves in table.values() for nxt in moves.values())
-    assert all(moves or state.value == "over" for state, moves in table.items())

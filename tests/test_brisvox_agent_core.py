@@ -4,17 +4,13 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.peers.raw import frame, start, tool_call
 from voxwire import brisvox
 from voxwire.brisvox.agent_core import (
-    AGENT_TRANSITIONS,
     AgentCore,
-    AgentInput,
     AgentState,
     CommandAnswered,
     CommandTimedOut,
@@ -25,14 +21,14 @@ from voxwire.brisvox.agent_core import (
     ToolCallStarted,
     _Step,
 )
-from voxwire.brisvox.engine_core import ENGINE_TRANSITIONS
+from voxwire.brisvox.machines import AgentInput
 from voxwire.brisvox.outputs import (
     BadMessage,
     EventBuffer,
     EventsDropped,
     HandshakeFailed,
-    transition_table,
 )
+from voxwire.errors import SessionStateError
 from voxwire.sansio import Close, Ignored, SendText
 
 
@@ -331,25 +327,9 @@ def test_the_resume_registry_parks_for_the_window_then_forgets() -> None:
 # -- the transition tables ----------------------------------------------------------------------
 
 
-def test_the_docs_show_both_transition_tables_as_built() -> None:
-    page = (Path(__file__).parents[1] / "docs" / "brisvox-link.md").read_text(encoding="utf-8")
-    assert transition_table(AGENT_TRANSITIONS) in page
-    assert transition_table(ENGINE_TRANSITIONS) in page
-
-
-@pytest.mark.parametrize("table", [AGENT_TRANSITIONS, ENGINE_TRANSITIONS])
-def test_every_state_has_a_row_and_every_input_and_action_is_used(table: Any) -> None:
-    states = {type(s) for s in table}
-    [state_enum] = states
-    assert set(table) == set(state_enum)
-    inputs = {event for row in table.values() for event in row}
-    actions = {a for row in table.values() for step in row.values() for a in step.actions}
-    [input_enum] = {type(i) for i in inputs}
-    [action_enum] = {type(a) for a in actions}
-    assert inputs == set(input_enum) and actions == set(action_enum)
-
-
 def test_an_input_the_state_does_not_take_is_refused() -> None:
     core = _open_core()
-    with pytest.raises(RuntimeError, match=r"accept\(\) while the link is open"):
+    with pytest.raises(
+        SessionStateError, match=r"brisvox agent: 'accept' cannot happen in state 'open'"
+    ):
         core._step(AgentInput.ACCEPT, _Step())

@@ -29,6 +29,7 @@ from websockets.sync.client import ClientConnection, connect
 
 from codegen.diagrams import load_flows
 from codegen.ir import Protocol, TypeRef
+from codegen.pipeline import load_protocols
 from codegen.reference import anchor
 from tests.conftest import ROOT
 from tests.servers import debian_program
@@ -696,31 +697,39 @@ def test_every_diagram_renders_in_chromium(
 
 
 STATE_MACHINES = [
-    ("brisvox-link/", "voxwire.brisvox.agent_core", "AGENT_TRANSITIONS"),
-    ("brisvox-link/", "voxwire.brisvox.engine_core", "ENGINE_TRANSITIONS"),
-    ("ovp-sessions/", "voxwire.ovp.client_core", "CLIENT_TRANSITIONS"),
-    ("ovp-sessions/", "voxwire.ovp.gateway_core", "GATEWAY_TRANSITIONS"),
+    ("brisvox-link/", "brisvox", "agent"),
+    ("brisvox-link/", "brisvox", "engine"),
+    ("ovp-sessions/", "ovp", "client"),
+    ("ovp-sessions/", "ovp", "gateway"),
 ]
 
 
-@pytest.mark.parametrize(("path", "module", "name"), STATE_MACHINES)
-def test_each_state_machine_renders_from_its_table(
-    page: Page, served: str, path: str, module: str, name: str
-) -> None:
-    import importlib
+def test_every_session_machine_of_the_spec_is_drawn_on_a_page() -> None:
+    listed = {(protocol, role) for _, protocol, role in STATE_MACHINES}
+    assert listed == {(p.id, m.role) for p in load_protocols() for m in p.machines}
 
-    table = getattr(importlib.import_module(module), name)
-    states = [s.value for s in type(next(iter(table)))]
+
+@pytest.mark.parametrize(("path", "protocol", "role"), STATE_MACHINES)
+def test_each_state_machine_renders_from_the_spec(
+    page: Page, served: str, path: str, protocol: str, role: str
+) -> None:
+    machine = next(
+        m for p in load_protocols() if p.id == protocol for m in p.machines if m.role == role
+    )
     assert page.open(served + path) == []
-    selector = f"#state-{name.lower().replace('_', '-')} svg"
+    selector = f"#state-{protocol}-{role} svg"
     drawn = page.evaluate(
         f"[...document.querySelectorAll({json.dumps(selector + ' .state')})].map(t => t.textContent)"
     )
-    assert drawn == states
+    assert drawn == [s.id for s in machine.states]
     numbers = page.evaluate(f"document.querySelectorAll({json.dumps(selector + ' .edge')}).length")
-    pairs = {(s, getattr(t, "target", t)) for s, inputs in table.items() for t in inputs.values()}
-    assert numbers >= len(pairs)
-    _shoot(page, selector, f"diagram-state-{name.lower()}.png")
+    assert numbers >= len({(t.source, t.target) for t in machine.transitions})
+    rows = page.evaluate(
+        f"[...document.querySelector({json.dumps(f'#state-{protocol}-{role}')})"
+        ".nextElementSibling.querySelectorAll('tbody tr')].length"
+    )
+    assert rows == len(machine.transitions)
+    _shoot(page, selector, f"diagram-state-{protocol}-{role}.png")
     assert page.errors() == []
 
 

@@ -8,7 +8,6 @@ import pytest
 
 from tests.ovp_cores import (
     EPOCH,
-    check_table,
     frame,
     of,
     server_event,
@@ -28,7 +27,6 @@ from voxwire.ovp._session import (
     check_session_id,
 )
 from voxwire.ovp.client_core import (
-    CLIENT_TRANSITIONS,
     ClientCore,
     ClientState,
     Dropped,
@@ -262,7 +260,3 @@ def test_a_client_never_stitches_a_new_session_start_onto_a_resumed_session() ->
     assert over.code == "OVP_RESUME_EXPIRED" and "after seq 5 are lost" in over.detail
     assert Close(1000, "session lost") in out and core.state is ClientState.OVER
     assert core.receive_text(thinking(6), 2.2) == [Ignored("a text message while over")]
-
-
-def test_the_session_guide_shows_the_client_transition_table() -> None:
-    check_table(CLIENT_TRANSITIONS)

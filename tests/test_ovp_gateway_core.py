@@ -10,7 +10,6 @@ import pytest
 
 from tests.ovp_cores import (
     EPOCH,
-    check_table,
     client_event,
     drop_and_reopen,
     error_of,
@@ -24,7 +23,6 @@ from tests.test_ovp_support import AGENT, CALL, MOMENT, PCM, SESSION
 from voxwire import ovp
 from voxwire.ovp._session import AudioIn, Sent, SessionOver, SessionStateError
 from voxwire.ovp.gateway_core import (
-    GATEWAY_TRANSITIONS,
     ClientEvent,
     GatewayCore,
     GatewayState,
@@ -598,7 +596,3 @@ def test_a_link_behind_what_the_replay_buffer_holds_is_cut() -> None:
     out = core.drained(link, 1, 2.0)
     assert out == [ToLink(link, Close(1008, "too slow: the stream was evicted"))]
     assert core.drained(link, 1, 2.1) == [] and core.send_audio(PCM, 2.2) == []
-
-
-def test_the_session_guide_shows_the_gateway_transition_table() -> None:
-    check_table(GATEWAY_TRANSITIONS)

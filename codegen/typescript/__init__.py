@@ -21,6 +21,7 @@ from typing import Any
 import jinja2
 
 from codegen.ir import Enum, Field, Frame, Message, Protocol, TypeRef
+from codegen.machines import machine_view
 from codegen.templating import constant_groups
 from codegen.typescript import names as ts
 from codegen.typescript.package import (
@@ -221,7 +222,13 @@ def _protocol_modules(p: Protocol) -> dict[str, str]:
         modules["frames"] = _render(
             "frames.ts.j2", p, frames=[_frame_view(p, f, len(p.frames) == 1) for f in p.frames]
         )
-    modules["index"] = _render("protocol_index.ts.j2", p, frames=bool(p.frames))
+    if p.machines:
+        modules["machines"] = _render(
+            "machines.ts.j2", p, machines=[machine_view(m) for m in p.machines]
+        )
+    modules["index"] = _render(
+        "protocol_index.ts.j2", p, frames=bool(p.frames), machines=bool(p.machines)
+    )
     return modules
 
 

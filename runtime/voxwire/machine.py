@@ -16,14 +16,15 @@ transition.actions  # ()
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import Enum
 from typing import Generic, TypeVar
 
 from voxwire.errors import SessionStateError
 
-__all__ = ["Machine", "Transition", "TransitionRefused", "step"]
+__all__ = ["Machine", "Taken", "Transition", "TransitionRefused", "step", "traced"]
 
 S = TypeVar("S", bound=Enum)
 I = TypeVar("I", bound=Enum)  # noqa: E741 (the table's own letters: state, input, action)
@@ -67,6 +68,21 @@ class TransitionRefused(SessionStateError):
         self.event = event
 
 
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """A transition a session took: ``protocol role: state --input--> target``."""
+
+    protocol: str
+    role: str
+    state: str
+    input: str
+    target: str
+
+
+_taken: list[Taken] | None = None
+"""Where :func:`traced` collects; ``None`` (one comparison per transition) when nobody asks."""
+
+
 def step(machine: Machine[S, I, A], state: S, event: I) -> Transition[S, A]:
     """Where ``event`` leads from ``state``, and what to do on the way.
 
@@ -76,4 +92,20 @@ def step(machine: Machine[S, I, A], state: S, event: I) -> Transition[S, A]:
     found = machine.transitions[state].get(event)
     if found is None:
         raise TransitionRefused(machine, state, event)
+    if _taken is not None:
+        _taken.append(
+            Taken(machine.protocol, machine.role, state.value, event.value, found.target.value)
+        )
     return found
+
+
+@contextmanager
+def traced() -> Iterator[list[Taken]]:
+    """Record every transition taken in this thread's block, in order (the conformance runner
+    proves with it that a session case takes the transitions it claims to cover)."""
+    global _taken
+    outer, _taken = _taken, []
+    try:
+        yield _taken
+    finally:
+        _taken = outer

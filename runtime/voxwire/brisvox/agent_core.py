@@ -11,16 +11,15 @@ out = core.receive_text(data, now)           # [StartReceived(start, version)]
 out = core.accept(accept, now)               # [SendText(session.accept)]
 ```
 
-The link's life is :data:`AGENT_TRANSITIONS`: for each :class:`AgentState` the
-:class:`AgentInput` it takes, the state that follows and the :class:`AgentAction` run on the
-way; an input a state does not list is refused there.
+The link's life is the spec's table :data:`~voxwire.brisvox.machines.AGENT_MACHINE`: for each
+``AgentState`` the ``AgentInput`` it takes, the state that follows and the ``AgentAction`` run on
+the way, through :func:`voxwire.machine.step`; an input a state does not list is refused there.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any, Final, TypeAlias
 
 import msgspec
@@ -31,6 +30,7 @@ from voxwire._rules import JSON_SAFE_INTEGER
 from voxwire.brisvox.codec import decoder, encode
 from voxwire.brisvox.constants import SDK_HANDSHAKE_TIMEOUT_MS, SUPPORTED_VERSIONS, CloseCode
 from voxwire.brisvox.errors import ErrorCode, ProtocolError
+from voxwire.brisvox.machines import AGENT_MACHINE, AgentAction, AgentInput, AgentState
 from voxwire.brisvox.messages import (
     EVENT_TYPES,
     Command,
@@ -50,19 +50,12 @@ from voxwire.brisvox.messages import (
     ToolKind,
     ToolResult,
 )
-from voxwire.brisvox.outputs import (
-    BadMessage,
-    HandshakeFailed,
-    Transition,
-    refusal_text,
-)
+from voxwire.brisvox.outputs import BadMessage, HandshakeFailed, refusal_text
+from voxwire.machine import step
 from voxwire.sansio import Close, Ignored, SendText
 
 __all__ = [
-    "AGENT_TRANSITIONS",
-    "AgentAction",
     "AgentCore",
-    "AgentInput",
     "AgentOutput",
     "AgentState",
     "CommandAnswered",
@@ -77,66 +70,6 @@ __all__ = [
 
 _DECODE_SERVER: Final = decoder("server")
 """Decodes what the server sends (built once)."""
-
-
-class AgentState(Enum):
-    """Where an :class:`AgentCore`'s link is."""
-
-    AWAITING_START = "awaiting session.start"
-    DECIDING = "deciding"
-    OPEN = "open"
-    CLOSED = "closed"
-
-
-class AgentInput(Enum):
-    """What moves an :class:`AgentCore` from one state to another."""
-
-    START = "session.start with a common version"
-    BAD_START = "any other first message"
-    NO_COMMON_VERSION = "session.start without a common version"
-    NO_START = "handshake budget over, no session.start"
-    ACCEPT = "accept()"
-    REJECT = "reject()"
-    UNDECIDED = "handshake budget over, no answer"
-    CLOSED = "closed()"
-
-
-class AgentAction(Enum):
-    """What an :class:`AgentCore` does on a transition."""
-
-    OFFER = "offer the start (StartReceived)"
-    DISARM = "stop the handshake deadline"
-    SEND_ANSWER = "write the answer"
-    CLOSE_NORMAL = "close 1000"
-    CLOSE_PROTOCOL = "close 1002"
-    CLOSE_POLICY = "close 1008"
-    FAIL = "report HandshakeFailed"
-    FORGET = "forget tools and commands"
-
-
-_T = Transition
-_S = AgentState
-_I = AgentInput
-_A = AgentAction
-
-AGENT_TRANSITIONS: Final[Mapping[AgentState, Mapping[AgentInput, Transition[_S, _A]]]] = {
-    _S.AWAITING_START: {
-        _I.START: _T(_S.DECIDING, (_A.OFFER,)),
-        _I.BAD_START: _T(_S.CLOSED, (_A.DISARM, _A.CLOSE_PROTOCOL, _A.FAIL)),
-        _I.NO_COMMON_VERSION: _T(_S.CLOSED, (_A.DISARM, _A.SEND_ANSWER, _A.CLOSE_NORMAL, _A.FAIL)),
-        _I.NO_START: _T(_S.CLOSED, (_A.DISARM, _A.CLOSE_POLICY, _A.FAIL)),
-        _I.CLOSED: _T(_S.CLOSED, (_A.DISARM, _A.FORGET)),
-    },
-    _S.DECIDING: {
-        _I.ACCEPT: _T(_S.OPEN, (_A.DISARM, _A.SEND_ANSWER)),
-        _I.REJECT: _T(_S.CLOSED, (_A.DISARM, _A.SEND_ANSWER, _A.CLOSE_NORMAL, _A.FAIL)),
-        _I.UNDECIDED: _T(_S.CLOSED, (_A.DISARM, _A.SEND_ANSWER, _A.CLOSE_NORMAL, _A.FAIL)),
-        _I.CLOSED: _T(_S.CLOSED, (_A.DISARM, _A.FORGET)),
-    },
-    _S.OPEN: {_I.CLOSED: _T(_S.CLOSED, (_A.FORGET,))},
-    _S.CLOSED: {_I.CLOSED: _T(_S.CLOSED, (_A.FORGET,))},
-}
-"""The agent side's link, as data: state, then input, then the next state and the actions."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -393,14 +326,12 @@ class AgentCore:
 
     # the transition table -------------------------------------------------------------------------
 
-    def _step(self, event: AgentInput, step: _Step) -> list[AgentOutput]:
-        transition = AGENT_TRANSITIONS[self.state].get(event)
-        if transition is None:
-            raise RuntimeError(f"{event.value} while the link is {self.state.value}")
+    def _step(self, event: AgentInput, effect: _Step) -> list[AgentOutput]:
+        transition = step(AGENT_MACHINE, self.state, event)
         self.state = transition.target
         out: list[AgentOutput] = []
         for action in transition.actions:
-            out += _ACTIONS[action](self, step)
+            out += _ACTIONS[action](self, effect)
         return out
 
     def _offer(self, step: _Step) -> list[AgentOutput]:

@@ -19,9 +19,10 @@ seq order is write order and what is written is bytes already checked (the spec'
 seq-stamped-after-the-check). The outbound queue, the keepalive and the drain timeout are the
 link's (:mod:`voxwire.link`).
 
-The call's life with its agent is :data:`ENGINE_TRANSITIONS`: for each :class:`EngineState` the
-:class:`EngineInput` it takes, the state that follows and the :class:`EngineAction` run on the
-way; an input a state does not list is refused there.
+The call's life with its agent is the spec's table
+:data:`~voxwire.brisvox.machines.ENGINE_MACHINE`: for each ``EngineState`` the ``EngineInput`` it
+takes, the state that follows and the ``EngineAction`` run on the way, through
+:func:`voxwire.machine.step`; an input a state does not list is refused there.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import hashlib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from enum import Enum, StrEnum
+from enum import StrEnum
 from typing import Any, Final, TypeAlias
 
 import msgspec
@@ -61,6 +62,7 @@ from voxwire.brisvox.constants import (
     CloseCode,
 )
 from voxwire.brisvox.errors import ErrorCode, ProtocolError
+from voxwire.brisvox.machines import ENGINE_MACHINE, EngineAction, EngineInput, EngineState
 from voxwire.brisvox.messages import (
     COMMAND_TYPES,
     CallIdentity,
@@ -90,20 +92,17 @@ from voxwire.brisvox.messages import (
 from voxwire.brisvox.outputs import (
     BadMessage,
     HandshakeFailed,
-    Transition,
     refusal_text,
 )
+from voxwire.machine import step
 from voxwire.sansio import Close, Ignored, SendText
 
 __all__ = [
-    "ENGINE_TRANSITIONS",
     "AgentAccepted",
     "Backoff",
     "CloseAfter",
     "CommandReceived",
-    "EngineAction",
     "EngineCore",
-    "EngineInput",
     "EngineOutput",
     "EngineState",
     "LinkDown",
@@ -217,77 +216,6 @@ def backoff_factor(session_id: str) -> float:
 def idempotency_key(session_id: str, call_id: str) -> str:
     """16 hex digits, stable for one tool call of one phone call."""
     return hashlib.sha256(f"{session_id}\0{call_id}".encode()).hexdigest()[:16]
-
-
-class EngineState(Enum):
-    """Where an :class:`EngineCore`'s call stands with its agent."""
-
-    IDLE = "not connected"
-    HANDSHAKING = "handshaking"
-    OPEN = "open"
-    DOWN = "down, reconnecting"
-    ENDING = "ending"
-    GONE = "without agent"
-
-
-class EngineInput(Enum):
-    """What moves an :class:`EngineCore` from one state to another."""
-
-    CONNECTED = "connected()"
-    ACCEPTED = "the agent accepted"
-    RETRY = "attempt failed or link lost, retry follows"
-    GIVE_UP = "attempt failed or link lost, no retry"
-    END_CALL = "end_call()"
-
-
-class EngineAction(Enum):
-    """What an :class:`EngineCore` does on a transition."""
-
-    START_HANDSHAKE = "write session.start, arm the handshake deadline"
-    DISARM = "stop the handshake deadline"
-    END_LINK = "write session.usage and session.end, then close"
-    CLOSE = "close 1000"
-    FAIL_TOOLS = "end the waiting tool calls"
-
-
-_T = Transition
-_S = EngineState
-_I = EngineInput
-_A = EngineAction
-
-ENGINE_TRANSITIONS: Final[Mapping[EngineState, Mapping[EngineInput, Transition[_S, _A]]]] = {
-    _S.IDLE: {
-        _I.CONNECTED: _T(_S.HANDSHAKING, (_A.START_HANDSHAKE,)),
-        _I.GIVE_UP: _T(_S.GONE),
-        _I.END_CALL: _T(_S.GONE),
-    },
-    _S.HANDSHAKING: {
-        _I.ACCEPTED: _T(_S.OPEN, (_A.DISARM,)),
-        _I.RETRY: _T(_S.DOWN, (_A.DISARM,)),
-        _I.GIVE_UP: _T(_S.GONE, (_A.DISARM,)),
-        _I.END_CALL: _T(_S.GONE, (_A.DISARM, _A.CLOSE)),
-    },
-    _S.OPEN: {
-        _I.RETRY: _T(_S.DOWN, (_A.FAIL_TOOLS,)),
-        _I.GIVE_UP: _T(_S.GONE, (_A.FAIL_TOOLS,)),
-        _I.END_CALL: _T(_S.ENDING, (_A.END_LINK,)),
-    },
-    _S.DOWN: {
-        _I.CONNECTED: _T(_S.HANDSHAKING, (_A.START_HANDSHAKE,)),
-        _I.RETRY: _T(_S.DOWN),
-        _I.GIVE_UP: _T(_S.GONE),
-        _I.END_CALL: _T(_S.GONE),
-    },
-    _S.ENDING: {
-        _I.GIVE_UP: _T(_S.GONE, (_A.FAIL_TOOLS,)),
-        _I.END_CALL: _T(_S.ENDING),
-    },
-    _S.GONE: {
-        _I.END_CALL: _T(_S.GONE),
-    },
-}
-"""The engine side's call with its agent, as data: state, then input, then the next state and
-the actions."""
 
 
 class ToolOutcome(StrEnum):
@@ -778,14 +706,12 @@ class EngineCore:
 
     # -- the transition table -------------------------------------------------------------------
 
-    def _step(self, event: EngineInput, step: _Step) -> list[EngineOutput]:
-        transition = ENGINE_TRANSITIONS[self.state].get(event)
-        if transition is None:
-            raise RuntimeError(f"{event.value} while the link is {self.state.value}")
+    def _step(self, event: EngineInput, effect: _Step) -> list[EngineOutput]:
+        transition = step(ENGINE_MACHINE, self.state, event)
         self.state = transition.target
         out: list[EngineOutput] = []
         for action in transition.actions:
-            out += _ACTIONS[action](self, step)
+            out += _ACTIONS[action](self, effect)
         return out
 
     def _start_handshake(self, step: _Step) -> list[EngineOutput]:

@@ -8,9 +8,7 @@ The agent side's core is :mod:`voxwire.brisvox.agent_core`, the engine side's
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import Enum
 from typing import Generic, TypeVar
 
 from voxwire.brisvox.constants import MAX_REFUSAL_BYTES
@@ -24,9 +22,7 @@ __all__ = [
     "EventBuffer",
     "EventsDropped",
     "HandshakeFailed",
-    "Transition",
     "refusal_text",
-    "transition_table",
 ]
 
 
@@ -48,31 +44,6 @@ class BadMessage:
 
     error: ProtocolError
     answered: bool
-
-
-S = TypeVar("S", bound=Enum)
-A = TypeVar("A", bound=Enum)
-E = TypeVar("E", bound=Enum)
-
-
-@dataclass(frozen=True, slots=True)
-class Transition(Generic[S, A]):
-    """One cell of a core's transition table: the state an input leads to and the actions the
-    core runs on the way, in order."""
-
-    target: S
-    actions: tuple[A, ...] = ()
-
-
-def transition_table(table: Mapping[S, Mapping[E, Transition[S, A]]]) -> str:
-    """A core's transition table as a Markdown table (the docs show it): state, input, next
-    state, actions; an input missing from a state is refused in it."""
-    rows = ["| state | input | next state | actions |", "|---|---|---|---|"]
-    for state, inputs in table.items():
-        for event, step in inputs.items():
-            actions = ", ".join(a.value for a in step.actions) or "-"
-            rows.append(f"| {state.value} | {event.value} | {step.target.value} | {actions} |")
-    return "\n".join(rows)
 
 
 class CommandFailed(VoxwireError):

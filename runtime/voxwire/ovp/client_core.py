@@ -13,18 +13,19 @@ client.receive_text(data, now)             # [ServerEvent(SessionStart(...))]
 client.send(ovp.AgentInput, {...}, now)    # [Sent(AgentInput(seq=0, ...)), SendText(...)]
 ```
 
-The session's state is :attr:`ClientCore.state`, a :class:`ClientState`; what may happen in each
-state is :data:`CLIENT_TRANSITIONS` (state x input -> next state), and every change of state goes
-through it.
+The session's state is :attr:`ClientCore.state`, a :class:`~voxwire.ovp.machines.ClientState`;
+what may happen in each state is the spec's table :data:`~voxwire.ovp.machines.CLIENT_MACHINE`
+(state x input -> next state), and every change of state goes through
+:func:`voxwire.machine.step`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import Enum
-from typing import Any, Final, TypeAlias
+from typing import Any, TypeAlias
 
+from voxwire.machine import step
 from voxwire.ovp import (
     CLIENT_MESSAGE_TYPES,
     CLOSE_AFTER,
@@ -54,88 +55,23 @@ from voxwire.ovp._session import (
     Stamper,
     describe,
 )
+from voxwire.ovp.machines import (
+    CLIENT_MACHINE,
+    CLIENT_RECEIVING,
+    CLIENT_SENDING,
+    ClientInput,
+    ClientState,
+)
 from voxwire.sansio import Close, Ignored, SendBinary, SendText
 
 __all__ = [
-    "CLIENT_TRANSITIONS",
     "ClientCore",
-    "ClientInput",
     "ClientOutput",
     "ClientState",
     "Dropped",
     "Rejected",
     "ServerEvent",
 ]
-
-
-class ClientState(Enum):
-    """Where the client's session is."""
-
-    IDLE = "idle"
-    """Never connected."""
-    STARTING = "starting"
-    """Connected, waiting for ``session.start``."""
-    LIVE = "live"
-    """Started and connected: events and audio flow."""
-    FAILING = "failing"
-    """An unrecoverable ``error`` arrived; ``session.end`` follows on this link."""
-    DROPPED = "dropped"
-    """The link dropped; a reconnect may resume the session within the window."""
-    OVER = "over"
-    """Ended (``session.end``), failed, or closed by the application."""
-
-
-class ClientInput(Enum):
-    """What moves the client's session from one state to another."""
-
-    CONNECT = "a connection opened"
-    START = "the session started"
-    FATAL_ERROR = "an unrecoverable error, session.end to follow"
-    END = "the session ended"
-    REFUSED = "refused: an error the gateway closes after (authentication, resume)"
-    BROKEN = "the gateway broke the protocol or lost the session"
-    LINK_LOST = "the link dropped"
-    HANG_UP = "the application closed"
-    GIVE_UP = "no reconnect resumed in time"
-    SEQ_EXHAUSTED = "the client's seq would pass its bound"
-
-
-_S, _I = ClientState, ClientInput
-CLIENT_TRANSITIONS: Final[Mapping[ClientState, Mapping[ClientInput, ClientState]]] = {
-    _S.IDLE: {_I.CONNECT: _S.STARTING, _I.HANG_UP: _S.OVER},
-    _S.STARTING: {
-        _I.START: _S.LIVE,
-        _I.REFUSED: _S.OVER,
-        _I.BROKEN: _S.OVER,
-        _I.LINK_LOST: _S.OVER,
-        _I.HANG_UP: _S.OVER,
-    },
-    _S.LIVE: {
-        _I.FATAL_ERROR: _S.FAILING,
-        _I.END: _S.OVER,
-        _I.REFUSED: _S.OVER,
-        _I.BROKEN: _S.OVER,
-        _I.LINK_LOST: _S.DROPPED,
-        _I.HANG_UP: _S.OVER,
-        _I.SEQ_EXHAUSTED: _S.OVER,
-    },
-    _S.FAILING: {
-        _I.END: _S.OVER,
-        _I.REFUSED: _S.OVER,
-        _I.BROKEN: _S.OVER,
-        _I.LINK_LOST: _S.OVER,
-        _I.HANG_UP: _S.OVER,
-        _I.SEQ_EXHAUSTED: _S.OVER,
-    },
-    _S.DROPPED: {_I.CONNECT: _S.LIVE, _I.GIVE_UP: _S.OVER, _I.HANG_UP: _S.OVER},
-    _S.OVER: {},
-}
-"""Every transition of the client's session: ``CLIENT_TRANSITIONS[state][input]`` is the next
-state; an input a state does not list cannot happen in it."""
-del _S, _I
-
-_SENDING: Final = frozenset({ClientState.LIVE, ClientState.FAILING})
-_RECEIVING: Final = frozenset({ClientState.STARTING, *_SENDING})
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,19 +137,17 @@ class ClientCore:
     @property
     def linked(self) -> bool:
         """Whether a link to the gateway is up."""
-        return self.state in _RECEIVING
+        return self.state in CLIENT_RECEIVING
 
     @property
     def live(self) -> bool:
         """Whether events and audio can be sent now (linked, started, not over)."""
-        return self.state in _SENDING
+        return self.state in CLIENT_SENDING
 
     def connected(self, now: float) -> list[ClientOutput]:
         """A connection opened: wait for ``session.start``, or resume a started session."""
         if self.state is ClientState.OVER:
             raise SessionStateError("the session is over")
-        if ClientInput.CONNECT not in CLIENT_TRANSITIONS[self.state]:
-            raise SessionStateError(f"a connection opened while the link is {self.state.value}")
         resuming = self.state is ClientState.DROPPED
         self._go(ClientInput.CONNECT)
         if not resuming:
@@ -226,7 +160,7 @@ class ClientCore:
 
     def receive_text(self, data: bytes | str, now: float) -> list[ClientOutput]:
         """Judge one text message from the gateway."""
-        if self.state not in _RECEIVING:
+        if self.state not in CLIENT_RECEIVING:
             if self._ended():
                 return [
                     Ignored("a text message after session.end", ErrorCode.OVP_EVENT_SCHEMA_INVALID)
@@ -271,7 +205,7 @@ class ClientCore:
         self, data: bytes | bytearray | memoryview, now: float
     ) -> list[ClientOutput]:
         """Judge one binary message (an audio frame) from the gateway."""
-        if self.state not in _SENDING:
+        if self.state not in CLIENT_SENDING:
             if self._ended():
                 return [
                     Ignored("an audio frame after session.end", ErrorCode.OVP_AUDIO_FRAME_INVALID)
@@ -328,7 +262,7 @@ class ClientCore:
     def link_lost(self, now: float) -> list[ClientOutput]:
         """The connection is gone: resumable until ``now`` + the resume window, or over."""
         state = self.state
-        if state not in _RECEIVING:
+        if state not in CLIENT_RECEIVING:
             return []
         self._go(ClientInput.LINK_LOST)
         if state is ClientState.STARTING:
@@ -362,11 +296,9 @@ class ClientCore:
         return self.over is not None and self.over.end is not None
 
     def _go(self, event: ClientInput) -> None:
-        """Take the transition ``event`` from the current state (a missing one is a bug here)."""
-        following = CLIENT_TRANSITIONS[self.state].get(event)
-        if following is None:
-            raise AssertionError(f"no transition for {event.name} in {self.state.name}")
-        self.state = following
+        """Take the transition ``event`` from the current state (the table refuses a missing one
+        with :class:`~voxwire.machine.TransitionRefused`, a ``SessionStateError``)."""
+        self.state = step(CLIENT_MACHINE, self.state, event).target
 
     def _envelope_seq(self, message: ServerMessage | UnknownMessage) -> int:
         """The seq of a decoded event, after the envelope checks the decoder leaves to us."""

@@ -22,9 +22,10 @@ same cursor set back to the resumed ``last_server_seq``, so neither a replay of 
 burst of events larger than the adapter's queue ever enters the queue at once. Audio frames go
 out only while the stream is caught up (stale audio is dropped).
 
-The session's state is :attr:`GatewayCore.state`, a :class:`GatewayState`; what may happen in
-each state is :data:`GATEWAY_TRANSITIONS` (state x input -> next state), and every change of
-state goes through it.
+The session's state is :attr:`GatewayCore.state`, a :class:`~voxwire.ovp.machines.GatewayState`;
+what may happen in each state is the spec's table :data:`~voxwire.ovp.machines.GATEWAY_MACHINE`
+(state x input -> next state), and every change of state goes through
+:func:`voxwire.machine.step`.
 """
 
 from __future__ import annotations
@@ -32,12 +33,12 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any, Final, TypeAlias
 
 import msgspec
 from msgspec import UNSET
 
+from voxwire.machine import step
 from voxwire.ovp import (
     CARRIED_BY_AGENT_TOOL_ERROR,
     END_REASONS,
@@ -98,14 +99,20 @@ from voxwire.ovp._session import (
     describe,
     timestamp,
 )
+from voxwire.ovp.machines import (
+    GATEWAY_ENDED,
+    GATEWAY_MACHINE,
+    GATEWAY_SENDING,
+    GATEWAY_WINDOWED,
+    GatewayInput,
+    GatewayState,
+)
 from voxwire.sansio import Action, Close, Ignored, SendBinary, SendText
 
 __all__ = [
-    "GATEWAY_TRANSITIONS",
     "STREAM_WINDOW",
     "ClientEvent",
     "GatewayCore",
-    "GatewayInput",
     "GatewayOutput",
     "GatewayState",
     "LinkDropped",
@@ -123,70 +130,10 @@ _FRAME_ERROR_CODES: Final = (ErrorCode.OVP_AUDIO_FRAME_INVALID, ErrorCode.OVP_SE
 """The frame errors reported in aggregate, in the order a tick reports them."""
 
 
-class GatewayState(Enum):
-    """Where the gateway's session is."""
-
-    NEW = "new"
-    """Not started: the newest connection is the one ``session.start`` will go to."""
-    LIVE = "live"
-    """Started, a client connected."""
-    DROPPED = "dropped"
-    """Started, the client's link dropped: the resume window runs."""
-    ENDING = "ending"
-    """``session.end`` sent; the link carrying it is still open."""
-    END_UNDELIVERED = "end_undelivered"
-    """``session.end`` sent, its link dropped before the client answered the close: a resume
-    within the window of that drop gets the rest of the stream."""
-    OVER = "over"
-    """Nothing more: the end was delivered, the session failed, or the window passed."""
-
-
-class GatewayInput(Enum):
-    """What moves the gateway's session from one state to another."""
-
-    START = "session.start sent"
-    LINK_LOST = "the current link dropped"
-    RESUME = "a session.resume honoured"
-    END = "session.end sent"
-    END_DELIVERED = "the client answered the close after session.end"
-    WINDOW_PASSED = "the resume window passed"
-    FAIL = "failed, refused or aborted (no more session)"
-
-
-_S, _I = GatewayState, GatewayInput
-GATEWAY_TRANSITIONS: Final[Mapping[GatewayState, Mapping[GatewayInput, GatewayState]]] = {
-    _S.NEW: {_I.START: _S.LIVE, _I.FAIL: _S.OVER},
-    _S.LIVE: {
-        _I.LINK_LOST: _S.DROPPED,
-        _I.RESUME: _S.LIVE,
-        _I.END: _S.ENDING,
-        _I.FAIL: _S.OVER,
-    },
-    _S.DROPPED: {
-        _I.RESUME: _S.LIVE,
-        _I.END: _S.END_UNDELIVERED,
-        _I.WINDOW_PASSED: _S.OVER,
-        _I.FAIL: _S.OVER,
-    },
-    _S.ENDING: {
-        _I.END_DELIVERED: _S.OVER,
-        _I.LINK_LOST: _S.END_UNDELIVERED,
-        _I.RESUME: _S.ENDING,
-        _I.FAIL: _S.OVER,
-    },
-    _S.END_UNDELIVERED: {_I.RESUME: _S.ENDING, _I.WINDOW_PASSED: _S.OVER, _I.FAIL: _S.OVER},
-    _S.OVER: {},
-}
-"""Every transition of the gateway's session: ``GATEWAY_TRANSITIONS[state][input]`` is the next
-state; an input a state does not list cannot happen in it."""
-del _S, _I
-
-# Tuples, not sets: membership by identity, without Enum.__hash__ (a Python call on 3.11).
+# The spec's state groups are tuples, not sets: membership by identity, without Enum.__hash__
+# (a Python call on 3.11).
 _LIVE: Final = GatewayState.LIVE  # bound once, as an Enum member look-up is a call on 3.11
 _FROM_CLIENT: Final = int(FrameDirection.CLIENT_TO_SERVER)  # compared int to int per frame
-_STARTED: Final = (GatewayState.LIVE, GatewayState.DROPPED)
-_ENDED: Final = (GatewayState.ENDING, GatewayState.END_UNDELIVERED)
-_WINDOWED: Final = (GatewayState.DROPPED, GatewayState.END_UNDELIVERED)
 
 
 class ClientEvent(msgspec.Struct, frozen=True):
@@ -581,7 +528,7 @@ class GatewayCore:
             return [Ignored(f"a text message on link {link}, which is closing")]
         if not state.streaming:
             return self._first_on_resumed_link(link, data, now)
-        if self.state not in (GatewayState.NEW, *_STARTED):
+        if self.state not in (GatewayState.NEW, *GATEWAY_SENDING):
             return [Ignored(f"a text message on link {link} after session.end")]
         try:
             message = decode(data, sender="client")
@@ -646,7 +593,7 @@ class GatewayCore:
         out: list[GatewayOutput] = []
         if self._window_passed(now):
             out += self._expire(now)
-        if self.state not in _STARTED:
+        if self.state not in GATEWAY_SENDING:
             return out
         for code in _FRAME_ERROR_CODES:
             errors = self._frame_errors.get(code)
@@ -679,9 +626,9 @@ class GatewayCore:
     def next_deadline(self) -> float | None:
         """When :meth:`tick` must be called next, or ``None``."""
         deadlines = []
-        if self.state in _WINDOWED and self.dropped_at is not None:
+        if self.state in GATEWAY_WINDOWED and self.dropped_at is not None:
             deadlines.append(self.dropped_at + RESUME_WINDOW + _WINDOW_EPSILON)
-        if self.state in _STARTED:
+        if self.state in GATEWAY_SENDING:
             deadlines += [e.deadline for e in self._frame_errors.values() if e.deadline is not None]
             deadlines += [t for t in (self._next_quality, self._next_cost) if t is not None]
         return min(deadlines, default=None)
@@ -701,24 +648,22 @@ class GatewayCore:
     # ------------------------------------------------------------------ internals
 
     def _go(self, event: GatewayInput) -> None:
-        """Take the transition ``event`` from the current state (a missing one is a bug here)."""
-        following = GATEWAY_TRANSITIONS[self.state].get(event)
-        if following is None:
-            raise AssertionError(f"no transition for {event.name} in {self.state.name}")
-        self.state = following
+        """Take the transition ``event`` from the current state (the table refuses a missing one
+        with :class:`~voxwire.machine.TransitionRefused`, a ``SessionStateError``)."""
+        self.state = step(GATEWAY_MACHINE, self.state, event).target
 
     def _require_live(self) -> None:
         if self.state is _LIVE:
             return
         if self.state is GatewayState.NEW:
             raise SessionStateError("the session has not started: call start() first")
-        if self.state not in _STARTED:
+        if self.state not in GATEWAY_SENDING:
             assert self.over is not None
             raise SessionStateError(f"the session is over ({self.over.detail})")
 
     def _window_passed(self, now: float) -> bool:
         return (
-            self.state in _WINDOWED
+            self.state in GATEWAY_WINDOWED
             and self.dropped_at is not None
             and now - self.dropped_at > RESUME_WINDOW
         )
@@ -802,7 +747,7 @@ class GatewayCore:
         self, code: str, message: str, now: float, details: dict[str, Any] | None
     ) -> list[GatewayOutput]:
         """A recoverable error about a client event (it goes on the stream, to its link)."""
-        if self.state not in _STARTED:
+        if self.state not in GATEWAY_SENDING:
             return [Ignored(f"{code} outside the session: {message}", code)]
         fields: dict[str, Any] = {"code": code, "message": message, "recoverable": True}
         if details:
@@ -835,7 +780,7 @@ class GatewayCore:
 
     def _resume(self, link: int, resume: SessionResume, now: float) -> list[GatewayOutput]:
         last = resume.last_server_seq
-        if self.state in _WINDOWED and self._window_passed(now):
+        if self.state in GATEWAY_WINDOWED and self._window_passed(now):
             assert self.dropped_at is not None
             return self._refuse_resume(
                 link,
@@ -856,7 +801,7 @@ class GatewayCore:
         if self.current_link is not None:  # a half-open link: the resume takes the session over
             out += self._cut(self.current_link, Close(CloseCode.NORMAL, "resumed elsewhere"))
             self._links.pop(self.current_link, None)
-        ended = self.state in _ENDED
+        ended = self.state in GATEWAY_ENDED
         self._go(GatewayInput.RESUME)
         self._stream_to(link, last + 1)
         self._last_client_seq = resume.seq
