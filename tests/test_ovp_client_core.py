@@ -216,6 +216,22 @@ def test_client_refusals_end_the_session_at_once(code: str) -> None:
     assert of(ServerEvent, out) and of(SessionOver, out)[0].code == code
 
 
+@pytest.mark.parametrize("code", ["OVP_AUTH_FAILED", "OVP_RESUME_EXPIRED"])
+@pytest.mark.parametrize("seq", [0, 5, 6])
+def test_a_refusal_on_a_resumed_link_is_never_a_duplicate(code: str, seq: int) -> None:
+    core = started_client()
+    core.receive_text(thinking(5), 0.2)
+    core.link_lost(1.0)
+    core.connected(2.0)  # session.resume with last_server_seq 5
+    refusal = server_event("error", seq, code=code, message="refused", recoverable=False)
+    out = core.receive_text(refusal, 2.1)
+    assert [e.message.code for e in of(ServerEvent, out)] == [code]
+    assert of(SessionOver, out)[0].code == code and core.state is ClientState.OVER
+    assert core.last_server_seq == 5  # a refusal is outside the stream: it moves no seq
+    with pytest.raises(SessionStateError):  # no further attempt: the session is over
+        core.connected(3.0)
+
+
 def test_client_drop_before_session_start_cannot_resume() -> None:
     core = ClientCore(SESSION, epoch=EPOCH)
     core.connected(0.0)

@@ -351,3 +351,33 @@ def test_a_restarted_gateway_refuses_the_resume_and_the_client_surfaces_the_loss
             assert "does not hold session" in new.over.detail
 
     run(main(), timeout=20)
+
+
+def test_a_token_refused_during_a_resume_ends_the_session_with_no_further_attempt() -> None:
+    """A refusal has seq 0, below what the resuming client has seen: it is still the answer
+    (spec decision refusal-outside-the-stream), never a replayed duplicate and a reconnect."""
+    attempts: list[str] = []
+
+    async def token_source() -> str:  # good for the first connection, stale ever after
+        attempts.append(token() if not attempts else token(lifetime_s=600))
+        return attempts[-1]
+
+    async def main() -> None:
+        clock = ScaledClock(10)
+        async with serving(talking, clock=clock) as gateway, FaultProxy(gateway.port) as proxy:
+            client = ovp_client(proxy.url, clock, token_source)
+            await client.connect()
+            for n in range(5):
+                thinking(gateway.sessions[SESSION], n)  # seq 1..5
+            received: list[int] = []
+            with pytest.raises(SessionFailed) as failed:
+                async for message in client:
+                    received.append(message.seq)
+                    if message.seq == 5:
+                        proxy.reset()  # the link drops; the resume's token is refused
+            assert failed.value.code == "OVP_AUTH_FAILED"
+            assert received == [0, 1, 2, 3, 4, 5, 0]  # then the refusal, delivered as it came
+            await clock.sleep(2.0)  # room for any further attempt, were there one
+            assert len(attempts) == 2 and client.reconnects == 1  # the refused one, no other
+
+    run(main(), timeout=20)

@@ -180,6 +180,10 @@ class ClientCore:
                 f" seq {self.last_server_seq} are lost",
                 close=CloseCode.NORMAL,
             )
+        if isinstance(message, ErrorEvent) and message.code in CLOSE_AFTER:
+            # A refusal is the connection's answer, outside the seq stream: never a duplicate
+            # (spec decision refusal-outside-the-stream).
+            return [ServerEvent(message), *self._on_error(message)]
         if self.last_server_seq is not None and seq <= self.last_server_seq:
             return [
                 Ignored(
