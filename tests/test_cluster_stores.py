@@ -286,7 +286,94 @@ async def test_the_memory_directory_knows_only_itself() -> None:
     me = Owner("solo", "127.0.0.1", 1)
     directory = MemoryDirectory(me)
     assert await directory.lookup("ovp", "s1") is None
-    await directory.claim("ovp", "s1", ttl=1)
+    assert await directory.claim("ovp", "s1", ttl=1) == 1
     assert await directory.lookup("ovp", "s1") == me
+    assert await directory.claim("ovp", "s1") == 2  # every claim is fenced one higher
     await directory.release("ovp", "s1")
     assert await directory.lookup("ovp", "s1") is None
+
+
+@aio
+async def test_owners_return_within_one_heartbeat_after_redis_loses_its_data(
+    redis_server: RedisServer,
+) -> None:
+    client = connect_redis(redis_server.url)
+    clock = ScaledClock(20)  # heartbeat 1 s = 50 ms real, expiry 3 s = 150 ms
+    a = RedisDirectory(client, Owner("a", "127.0.0.1", 9001), clock=clock)
+    try:
+        await a.start()
+        await a.claim("ovp", "s1")
+        await a.claim("brisvox", "call-1", ttl=60)
+        await client.flushall()  # a restart, a failover or an eviction: every key is gone
+        assert await a.lookup("ovp", "s1") is None
+        await clock.sleep(1.5)  # one heartbeat (and a half, for a loaded machine)
+        assert await a.lookup("ovp", "s1") == a.me
+        assert await a.lookup("brisvox", "call-1") == a.me
+    finally:
+        await a.close()
+        await client.aclose()
+
+
+@aio
+async def test_a_dead_process_entries_expire_within_the_expiry_not_a_day(
+    redis_server: RedisServer,
+) -> None:
+    client = connect_redis(redis_server.url)
+    clock = ScaledClock(20)
+    a = RedisDirectory(client, Owner("a", "127.0.0.1", 9001), clock=clock)
+    try:
+        await a.start()
+        await a.claim("ovp", "s1")
+        key = "voxwire:owner:ovp:s1"
+        assert 0 < await client.pttl(key) <= clock.real_seconds(3.0) * 1000
+        assert a._task is not None
+        a._task.cancel()  # killed: nothing renews
+        await clock.sleep(4.0)
+        assert await client.exists(key) == 0  # restarted under the same id, it attracts nothing
+    finally:
+        await a.close()
+        await client.aclose()
+
+
+@aio
+async def test_a_takeover_fences_the_stale_owner(redis_server: RedisServer) -> None:
+    a_client, b_client = connect_redis(redis_server.url), connect_redis(redis_server.url)
+    clock = ScaledClock(20)
+    a = RedisDirectory(a_client, Owner("a", "127.0.0.1", 9001), clock=clock)
+    b = RedisDirectory(b_client, Owner("b", "127.0.0.1", 9002), clock=clock)
+    try:
+        await a.start()
+        await b.start()
+        first = await a.claim("ovp", "s1")
+        second = await b.claim("ovp", "s1")  # b takes the session over
+        assert second == first + 1 and await a.lookup("ovp", "s1") == b.me
+        await clock.sleep(1.5)  # a's renewal finds b's claim and gives the session up
+        assert not a.holds("ovp", "s1") and b.holds("ovp", "s1")
+        assert await a.lookup("ovp", "s1") == b.me  # a never wrote over b's entry
+        await a.release("ovp", "s1")  # a stale release deletes nothing
+        assert await b.lookup("ovp", "s1") == b.me
+    finally:
+        await a.close()
+        await b.close()
+        await a_client.aclose()
+        await b_client.aclose()
+
+
+@aio
+async def test_a_claim_with_a_ttl_stops_being_renewed_when_it_passes(
+    redis_server: RedisServer,
+) -> None:
+    client = connect_redis(redis_server.url)
+    clock = ScaledClock(20)
+    a = RedisDirectory(client, Owner("a", "127.0.0.1", 9001), clock=clock)
+    try:
+        await a.start()
+        await a.claim("brisvox", "call-1", ttl=2.0)  # a parked call's resume window
+        assert a.holds("brisvox", "call-1")
+        await clock.sleep(2.5)
+        assert not a.holds("brisvox", "call-1")
+        await clock.sleep(4.0)  # past the last renewal's expiry
+        assert await a.lookup("brisvox", "call-1") is None
+    finally:
+        await a.close()
+        await client.aclose()

@@ -6,6 +6,13 @@ process that receives a resume it does not own looks the owner up (:meth:`Direct
 an owner whose heartbeat stopped is no owner, so a resume for a session of a dead process is
 refused at once instead of waiting on it.
 
+An ownership is a lease: the owner entry expires with the process entry (seconds, not the
+session's life) and every heartbeat renews it, so the entries of a dead process vanish within
+the expiry, and the owners return within one heartbeat after Redis lost its data (a restart, a
+failover, an eviction). Each claim carries a fencing token, one more than the session's last:
+a renewal finds the entry held by another claim (a takeover) and gives the session up instead
+of writing over it, and :meth:`RedisDirectory.holds` then says so, so a stale owner stops.
+
 :class:`MemoryDirectory` serves one process (every lookup is of itself, or nobody);
 :class:`RedisDirectory` shares the directory through Redis.
 """
@@ -54,8 +61,9 @@ class Directory(Protocol):
     @property
     def me(self) -> Owner: ...
 
-    async def claim(self, protocol: str, session_id: str, ttl: float) -> None:
-        """Record this process as the owner of ``session_id`` for ``ttl`` seconds."""
+    async def claim(self, protocol: str, session_id: str, ttl: float | None = None) -> int:
+        """Record this process as the owner of ``session_id`` until :meth:`release` (or for
+        ``ttl`` seconds at most); the fencing token of this claim."""
         ...
 
     async def release(self, protocol: str, session_id: str) -> None:
@@ -86,13 +94,17 @@ class MemoryDirectory:
     def __init__(self, me: Owner) -> None:
         self._me = me
         self._claimed: set[tuple[str, str]] = set()
+        self._fences: dict[tuple[str, str], int] = {}
 
     @property
     def me(self) -> Owner:
         return self._me
 
-    async def claim(self, protocol: str, session_id: str, ttl: float) -> None:
-        self._claimed.add((protocol, session_id))
+    async def claim(self, protocol: str, session_id: str, ttl: float | None = None) -> int:
+        key = (protocol, session_id)
+        self._claimed.add(key)
+        self._fences[key] = self._fences.get(key, 0) + 1
+        return self._fences[key]
 
     async def release(self, protocol: str, session_id: str) -> None:
         self._claimed.discard((protocol, session_id))
@@ -105,15 +117,55 @@ _RELEASE: Final = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
+"""Delete an owner entry only while it is this claim's (compare and delete, atomically)."""
+
+_CLAIM: Final = """
+local fence = redis.call('INCR', KEYS[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+redis.call('SET', KEYS[1], ARGV[1] .. '/' .. fence, 'PX', ARGV[2])
+return fence
+"""
+"""Take the next fencing token of the session and write the owner entry with it."""
+
+_RENEW: Final = """
+local lost = {}
+for i, key in ipairs(KEYS) do
+  local held = redis.call('GET', key)
+  if held == false or held == ARGV[i + 1] then
+    redis.call('SET', key, ARGV[i + 1], 'PX', ARGV[1])
+  else
+    table.insert(lost, i)
+  end
+end
+return lost
+"""
+"""Renew every lease of this process: write back an entry Redis lost, leave one another claim
+took (returning its position, 1-based)."""
+
+_FENCE_LIFETIME_MS: Final = 24 * 3600 * 1000
+"""How long a session's fencing counter outlives its last claim (real milliseconds)."""
+
+
+@dataclass
+class _Lease:
+    protocol: str
+    session_id: str
+    value: str
+    """``{process_id}/{fence}``: what the owner entry holds while this claim owns it."""
+    until: float | None
+    """When the claim ends on the directory's clock (``ttl``), or None: until released."""
 
 
 class RedisDirectory:
     """:class:`Directory` shared through Redis; :meth:`start` begins the heartbeat.
 
     Keys: ``{prefix}:process:{id}`` (the address, expiring after ``expiry`` seconds unless the
-    heartbeat refreshes it) and ``{prefix}:owner:{protocol}:{session}`` (the owner's process id).
-    Every time (the heartbeat, the expiry, a claim's ``ttl``) is seconds of ``clock``; Redis is
-    told how long that is in real time.
+    heartbeat refreshes it), ``{prefix}:owner:{protocol}:{session}`` (``{process_id}/{fence}``,
+    a lease of the same expiry the heartbeat renews) and ``{prefix}:fence:{protocol}:{session}``
+    (the session's last fencing token). Every time (the heartbeat, the expiry, a claim's ``ttl``)
+    is seconds of ``clock``; Redis is told how long that is in real time. The primitives are
+    plain ``SET PX``, ``INCR`` and short Lua scripts (``EVALSHA``), which Redis and Valkey run
+    alike, each atomically; the keys of one call are on one server (no Redis Cluster slots).
     """
 
     def __init__(
@@ -135,6 +187,9 @@ class RedisDirectory:
         self._expiry = expiry
         self._clock = clock
         self._release = redis.register_script(_RELEASE)
+        self._claim = redis.register_script(_CLAIM)
+        self._renew = redis.register_script(_RENEW)
+        self._leases: dict[str, _Lease] = {}
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -164,19 +219,40 @@ class RedisDirectory:
         with contextlib.suppress(*UNAVAILABLE, REFUSED):
             await self._redis.delete(self._process_key(self._me.process_id))
 
-    async def claim(self, protocol: str, session_id: str, ttl: float) -> None:
+    async def claim(self, protocol: str, session_id: str, ttl: float | None = None) -> int:
+        """Own ``session_id`` from now (taking it over from any other owner) until
+        :meth:`release`, or for ``ttl`` seconds of the clock at most: a lease the heartbeat
+        renews. The claim's fencing token, one more than the session's last."""
         key = self._owner_key(protocol, session_id)
-        await self._call(self._redis.set(key, self._me.process_id, px=self._real_ms(ttl)))
+        fence_key = f"{self._prefix}:fence:{protocol}:{session_id}"
+        args: list[str | int] = [
+            self._me.process_id,
+            self._real_ms(self._expiry),
+            _FENCE_LIFETIME_MS,
+        ]
+        fence = int(await self._call(self._claim(keys=[key, fence_key], args=args)))
+        until = None if ttl is None else self._clock.now() + ttl
+        self._leases[key] = _Lease(protocol, session_id, f"{self._me.process_id}/{fence}", until)
+        return fence
 
     async def release(self, protocol: str, session_id: str) -> None:
         key = self._owner_key(protocol, session_id)
-        await self._call(self._release(keys=[key], args=[self._me.process_id]))
+        lease = self._leases.pop(key, None)
+        if lease is not None:
+            await self._call(self._release(keys=[key], args=[lease.value]))
+
+    def holds(self, protocol: str, session_id: str) -> bool:
+        """Whether this process still owns ``session_id``: claimed, not released, not past its
+        ``ttl``, and not taken by a later claim (found at the last renewal)."""
+        lease = self._leases.get(self._owner_key(protocol, session_id))
+        return lease is not None and (lease.until is None or self._clock.now() < lease.until)
 
     async def lookup(self, protocol: str, session_id: str) -> Owner | None:
-        process = await self._call(self._redis.get(self._owner_key(protocol, session_id)))
-        if process is None:
+        held = await self._call(self._redis.get(self._owner_key(protocol, session_id)))
+        if held is None:
             return None
-        process_id = process.decode() if isinstance(process, bytes) else str(process)
+        value = held.decode() if isinstance(held, bytes) else str(held)
+        process_id = value.rpartition("/")[0]
         entry = await self._call(self._redis.get(self._process_key(process_id)))
         if entry is None:
             return None  # its heartbeat stopped: the process is gone
@@ -194,9 +270,28 @@ class RedisDirectory:
                 _log.warning("owner directory heartbeat failed: %s", exc)
 
     async def _beat(self) -> None:
+        """Refresh this process's entry and renew its leases (writing back what Redis lost)."""
         entry = json.dumps({"host": self._me.host, "port": self._me.port})
         key = self._process_key(self._me.process_id)
         await self._call(self._redis.set(key, entry, px=self._real_ms(self._expiry)))
+        now = self._clock.now()
+        for owner_key in [
+            k for k, v in self._leases.items() if v.until is not None and now >= v.until
+        ]:
+            del self._leases[owner_key]  # its ttl passed: Redis lets the entry expire
+        if not self._leases:
+            return
+        keys = list(self._leases)
+        values = [self._leases[k].value for k in keys]
+        lost = await self._call(self._renew(keys=keys, args=[self._real_ms(self._expiry), *values]))
+        for position in lost:
+            gone = self._leases.pop(keys[int(position) - 1], None)
+            if gone is not None:
+                _log.warning(
+                    "%s session %s was claimed by another process: this one gives it up",
+                    gone.protocol,
+                    gone.session_id,
+                )
 
     async def _call(self, awaitable: Awaitable[T]) -> T:
         try:
