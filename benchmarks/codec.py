@@ -83,6 +83,16 @@ TARGETS = [
         _at_most(1.2, UNCHECKED),
     ),
     Target(
+        "Brisvox decode from bytes, server to agent",
+        "at most 1.2x the bare msgspec union, checks not counted",
+        _at_most(1.2, UNCHECKED),
+    ),
+    Target(
+        "OVP decode from bytes, server to client",
+        "at most 1.2x the bare msgspec union, checks not counted",
+        _at_most(1.2, UNCHECKED),
+    ),
+    Target(
         "Brisvox encode, agent to server",
         "at least 8x faster than json.dumps",
         _faster("json.dumps of the dicts", 8),
@@ -98,6 +108,18 @@ TARGETS = [
         _at_most(3, "struct.unpack_from of the header"),
     ),
 ]
+
+
+def _bytes_group(title: str, protocol: Any, sender: str, texts: list[str], rounds: int) -> Group:
+    """Decoding the same messages as bytes, as captures, queues, Redis streams and ``websockets``
+    with ``decode=False`` hand them over (the README's first example decodes bytes)."""
+    union = getattr(protocol, f"{sender.capitalize()}Message")
+    contenders = [
+        Contender("voxwire decode", protocol.decoder(sender)),
+        Contender(BARE, peers.bare_union(union)),
+        Contender(UNCHECKED, peers.unchecked_union(union)),
+    ]  # the SDK's parser takes text only: it refuses bytes as a binary frame
+    return Group(title, measure(contenders, [text.encode() for text in texts], rounds))
 
 
 def _decode_group(title: str, protocol: Any, sender: str, texts: list[str], rounds: int) -> Group:
@@ -193,6 +215,20 @@ def run_codec_benchmarks(rounds: int, size: int) -> list[Group]:
         ),
         _decode_group(
             "OVP decode, client to server", ovp, "client", corpus.ovp_client_corpus(size), rounds
+        ),
+        _bytes_group(
+            "Brisvox decode from bytes, server to agent",
+            brisvox,
+            "server",
+            corpus.brisvox_server_corpus(size),
+            rounds,
+        ),
+        _bytes_group(
+            "OVP decode from bytes, server to client",
+            ovp,
+            "server",
+            corpus.ovp_server_corpus(size),
+            rounds,
         ),
         _encode_group(
             "Brisvox encode, agent to server",

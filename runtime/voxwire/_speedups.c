@@ -10,6 +10,8 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
+#include <string.h>
 
 typedef struct {
     PyObject_HEAD
@@ -17,7 +19,29 @@ typedef struct {
     PyObject *explain;
     PyObject *other;
     Py_ssize_t quarter;
+    Py_ssize_t limit;
 } Gate;
+
+/* Whether the n bytes at p are all ASCII (bytes.isascii), eight at a time. */
+static int
+all_ascii(const char *p, Py_ssize_t n)
+{
+    const unsigned char *s = (const unsigned char *)p;
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t word;
+        memcpy(&word, s + i, 8);
+        if (word & 0x8080808080808080ULL) {
+            return 0;
+        }
+    }
+    for (; i < n; i++) {
+        if (s[i] & 0x80) {
+            return 0;
+        }
+    }
+    return 1;
+}
 
 /* explain(exc, data), called as from an `except` block that caught exc (an exception it
  * raises has exc as its __context__, as in Python). */
@@ -46,7 +70,18 @@ static PyObject *
 gate_decode(PyObject *self_, PyObject *data)
 {
     Gate *self = (Gate *)self_;
-    if (!PyUnicode_CheckExact(data) || PyUnicode_GET_LENGTH(data) > self->quarter) {
+    int direct;
+    if (PyUnicode_CheckExact(data)) {
+        direct = PyUnicode_GET_LENGTH(data) <= self->quarter;
+    }
+    else if (PyBytes_CheckExact(data)) {
+        Py_ssize_t size = PyBytes_GET_SIZE(data);
+        direct = size <= self->limit && all_ascii(PyBytes_AS_STRING(data), size);
+    }
+    else {
+        direct = 0;
+    }
+    if (!direct) {
         return PyObject_Vectorcall(self->other, &data, 1, NULL);
     }
     PyObject *result = PyObject_Vectorcall(self->decode, &data, 1, NULL);
@@ -98,16 +133,16 @@ static PyTypeObject GateType = {
     .tp_dealloc = (destructor)gate_dealloc,
 };
 
-/* gate(*, decode, explain, other, quarter): voxwire._codec.python_gate in C. */
+/* gate(*, decode, explain, other, quarter, limit): voxwire._codec.python_gate in C. */
 static PyObject *
 gate(PyObject *module, PyObject *args, PyObject *kwargs)
 {
     (void)module;
-    static char *keywords[] = {"decode", "explain", "other", "quarter", NULL};
+    static char *keywords[] = {"decode", "explain", "other", "quarter", "limit", NULL};
     PyObject *decode, *explain, *other;
-    Py_ssize_t quarter;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$OOOn:gate", keywords, &decode, &explain,
-                                     &other, &quarter)) {
+    Py_ssize_t quarter, limit;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$OOOnn:gate", keywords, &decode, &explain,
+                                     &other, &quarter, &limit)) {
         return NULL;
     }
     Gate *self = PyObject_GC_New(Gate, &GateType);
@@ -121,6 +156,7 @@ gate(PyObject *module, PyObject *args, PyObject *kwargs)
     Py_INCREF(other);
     self->other = other;
     self->quarter = quarter;
+    self->limit = limit;
     PyObject_GC_Track(self);
     PyObject *function = PyCFunction_New(&gate_decode_def, (PyObject *)self);
     Py_DECREF(self);
@@ -152,9 +188,9 @@ flat_object(PyObject *module, PyObject *value)
 
 static PyMethodDef speedups_methods[] = {
     {"gate", (PyCFunction)(void (*)(void))gate, METH_VARARGS | METH_KEYWORDS,
-     PyDoc_STR("gate(*, decode, explain, other, quarter): a sender's decode function: "
-               "decode(data) for a str of at most quarter characters, explain(exc, data) if "
-               "that raises exc, other(data) for anything else.")},
+     PyDoc_STR("gate(*, decode, explain, other, quarter, limit): a sender's decode function: "
+               "decode(data) for a str of at most quarter characters or ASCII bytes of at most "
+               "limit, explain(exc, data) if that raises exc, other(data) for anything else.")},
     {"flat_object", flat_object, METH_O,
      PyDoc_STR("flat_object(value): a dict of str keys whose values are all str, int, bool or "
                "None.")},

@@ -6,9 +6,10 @@ __all__ = ["flat_object", "gate"]
 
 def gate(
     *,
-    decode: Callable[[str], Any],
+    decode: Callable[[bytes | str], Any],
     explain: Callable[[Exception, Any], Any],
     other: Callable[[Any], Any],
     quarter: int,
+    limit: int,
 ) -> Callable[[Any], Any]: ...
 def flat_object(value: object, /) -> bool: ...
