@@ -19,6 +19,7 @@ import os
 import shutil
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -122,6 +123,55 @@ def test_both_gates_answer_every_input_alike() -> None:
     assert counts["deep"] < INPUTS_PER_SENDER * 4 // 20, counts  # under 5% of the inputs
     assert c["counts"] == counts
     assert c["digest"] == python["digest"]
+
+
+def _routes(gate_function: Any) -> Any:
+    """A gate whose decode answers "direct" and whose other path answers "other"."""
+    return gate_function(
+        decode=lambda data: "direct",
+        explain=lambda exc, data: "explained",
+        other=lambda data: "other",
+        quarter=4,
+        limit=16,
+    )
+
+
+def _utf8_probes() -> list[bytes]:
+    """Every one- and two-byte sequence, every three-byte one whose lead is E0..EF, and every
+    four-byte one with each lead F0..F5 and each second byte (the ranges table 3-7 turns on)."""
+    probes = [bytes([a]) for a in range(256)]
+    probes += [bytes([a, b]) for a in range(256) for b in range(256)]
+    probes += [
+        bytes([a, b, c])
+        for a in range(0xE0, 0xF0)
+        for b in range(256)
+        for c in (0x80, 0xBF, 0x7F, 0xC0)
+    ]
+    probes += [bytes([a, b, 0x80, 0xBF]) for a in range(0xF0, 0xF6) for b in range(256)]
+    return probes
+
+
+def test_both_gates_take_exactly_the_utf8_bytes_within_the_bound_straight() -> None:
+    if not _built():
+        pytest.skip("the C gate is not built here: only the Python gate runs")
+    from voxwire._codec import python_gate
+    from voxwire._speedups import gate
+
+    c, python = _routes(gate), _routes(python_gate)
+    for probe in _utf8_probes():
+        try:
+            probe.decode("utf-8")
+        except UnicodeDecodeError:
+            utf8 = False
+        else:
+            utf8 = True
+        for data in (probe, b"a" * 9 + probe):  # alone, and after a run of ASCII
+            expected = "direct" if utf8 and len(data) <= 16 else "other"
+            assert (c(data), python(data)) == (expected, expected), data
+    at_bound, past_it = "é".encode() * 8, "é".encode() * 8 + b"a"  # 16 and 17 bytes
+    assert [c(at_bound), c(past_it)] == ["direct", "other"]
+    assert [python(at_bound), python(past_it)] == ["direct", "other"]
+    assert [c(bytearray(at_bound)), python(memoryview(at_bound))] == ["other", "other"]
 
 
 class _Text(str):

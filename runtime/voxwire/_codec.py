@@ -87,11 +87,11 @@ def python_gate(
     limit: int,
 ) -> Callable[[Any], Any]:
     """A sender's decode function: the common cases, a str of at most ``quarter`` characters
-    and ASCII bytes of at most ``limit`` (the bound: bytes are counted as they are), go
+    and UTF-8 bytes of at most ``limit`` (the bound: bytes are counted as they are), go
     straight to ``decode`` (msgspec, where the checks run as it builds each message), and
     ``explain(exc, data)`` answers what it raises; anything else goes to ``other(data)``, which
-    measures and converts it first. ASCII bytes need no check of their UTF-8: msgspec skips
-    unknown fields unread, so other bytes must be read as text first.
+    measures and converts it first, and names the byte where bytes stop being UTF-8. Bytes are
+    checked to be UTF-8 before msgspec reads them, as msgspec skips unknown fields unread.
 
     ``voxwire._speedups.gate`` is this function in C, used where it was built: the function it
     returns is a C method, so no Python frame stands between the caller and msgspec
@@ -102,7 +102,7 @@ def python_gate(
     def gate(data: Any) -> Any:
         kind = type(data)
         if (kind is str and len(data) <= quarter) or (
-            kind is bytes and len(data) <= limit and data.isascii()
+            kind is bytes and len(data) <= limit and (data.isascii() or _is_utf8(data))
         ):
             try:
                 return decode(data)
@@ -111,6 +111,14 @@ def python_gate(
         return other(data)
 
     return gate
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 _GATE: Final = native("gate", python_gate)

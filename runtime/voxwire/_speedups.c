@@ -22,23 +22,62 @@ typedef struct {
     Py_ssize_t limit;
 } Gate;
 
-/* Whether the n bytes at p are all ASCII (bytes.isascii), eight at a time. */
+/* Whether the n bytes at s are well-formed UTF-8, as Python's strict decoder reads it (no
+ * overlong form, no surrogate, nothing past U+10FFFF; Unicode 15, table 3-7): ASCII eight bytes
+ * at a time, the rest one sequence at a time. */
 static int
-all_ascii(const char *p, Py_ssize_t n)
+valid_utf8(const unsigned char *s, Py_ssize_t n)
 {
-    const unsigned char *s = (const unsigned char *)p;
     Py_ssize_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t word;
-        memcpy(&word, s + i, 8);
-        if (word & 0x8080808080808080ULL) {
+    while (i < n) {
+        if (i + 8 <= n) {
+            uint64_t word;
+            memcpy(&word, s + i, 8);
+            if (!(word & 0x8080808080808080ULL)) {
+                i += 8;
+                continue;
+            }
+        }
+        unsigned char c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        Py_ssize_t length;
+        unsigned char low = 0x80, high = 0xBF; /* the second byte's range */
+        if (c >= 0xC2 && c <= 0xDF) {
+            length = 2;
+        }
+        else if (c >= 0xE0 && c <= 0xEF) {
+            length = 3;
+            if (c == 0xE0) {
+                low = 0xA0; /* overlong below */
+            }
+            else if (c == 0xED) {
+                high = 0x9F; /* surrogates above */
+            }
+        }
+        else if (c >= 0xF0 && c <= 0xF4) {
+            length = 4;
+            if (c == 0xF0) {
+                low = 0x90; /* overlong below */
+            }
+            else if (c == 0xF4) {
+                high = 0x8F; /* past U+10FFFF above */
+            }
+        }
+        else {
             return 0;
         }
-    }
-    for (; i < n; i++) {
-        if (s[i] & 0x80) {
+        if (n - i < length || s[i + 1] < low || s[i + 1] > high) {
             return 0;
         }
+        for (Py_ssize_t k = 2; k < length; k++) {
+            if ((s[i + k] & 0xC0) != 0x80) {
+                return 0;
+            }
+        }
+        i += length;
     }
     return 1;
 }
@@ -76,7 +115,8 @@ gate_decode(PyObject *self_, PyObject *data)
     }
     else if (PyBytes_CheckExact(data)) {
         Py_ssize_t size = PyBytes_GET_SIZE(data);
-        direct = size <= self->limit && all_ascii(PyBytes_AS_STRING(data), size);
+        direct = size <= self->limit &&
+                 valid_utf8((const unsigned char *)PyBytes_AS_STRING(data), size);
     }
     else {
         direct = 0;
@@ -189,7 +229,7 @@ flat_object(PyObject *module, PyObject *value)
 static PyMethodDef speedups_methods[] = {
     {"gate", (PyCFunction)(void (*)(void))gate, METH_VARARGS | METH_KEYWORDS,
      PyDoc_STR("gate(*, decode, explain, other, quarter, limit): a sender's decode function: "
-               "decode(data) for a str of at most quarter characters or ASCII bytes of at most "
+               "decode(data) for a str of at most quarter characters or UTF-8 bytes of at most "
                "limit, explain(exc, data) if that raises exc, other(data) for anything else.")},
     {"flat_object", flat_object, METH_O,
      PyDoc_STR("flat_object(value): a dict of str keys whose values are all str, int, bool or "
