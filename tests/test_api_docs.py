@@ -103,7 +103,7 @@ def test_the_api_page_lists_dataclass_fields_and_typed_attributes(api_page: str)
 
 
 def test_the_api_page_shows_a_context_manager_as_such(api_page: str) -> None:
-    entry = _section(api_page, "voxwire.brisvox.testing.AgentCall.open")
+    entry = _section(api_page, "voxwire.testing.engine.AgentCall.open")
     assert "AbstractAsyncContextManager[AgentCall]" in entry.replace(" ", "")
     assert entry.startswith("open async with classmethod ")  # its labels: entered, not awaited
 

@@ -3,8 +3,8 @@
 Every generated name (the messages, ``decode``, ``encode``, the constants and error codes) is
 importable from here; the roles are submodules: ``voxwire.brisvox.agent`` (the engine connects
 to you), ``voxwire.brisvox.engine`` (you connect to an agent), ``voxwire.brisvox.agent_core`` and
-``voxwire.brisvox.engine_core`` (their sans-I/O state machines) and ``voxwire.brisvox.testing``
-(plays calls to your agent in tests).
+``voxwire.brisvox.engine_core`` (their sans-I/O state machines); ``voxwire.testing`` has the
+fakes of both sides for tests.
 
 ```python
 from voxwire import brisvox
