@@ -117,6 +117,9 @@ def test_wheel_in_a_fresh_venv_imports_like_the_editable_install(
 
 def test_wheel_holds_one_package_and_nothing_else(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
+    [entry_points] = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+    declared = zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "[pytest11]\nvoxwire = voxwire.testing.plugin\n" in declared  # the fakes' fixtures
     tops = {name.split("/")[0] for name in names}
     assert {t for t in tops if not t.endswith(".dist-info")} == {"voxwire"}
     assert "voxwire/brisvox/schema.json" in names and "voxwire/_codec.py" in names

@@ -4,7 +4,11 @@ peer: what they record, what they refuse (with the protocol's code), and their f
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -357,3 +361,128 @@ async def test_the_fake_engine_plays_a_call_to_the_real_agent_server() -> None:
         "no end from the agent within 0.05 s; nothing arrived (the last from the agent: say)"
     )
 
+
+# -- the pytest plugin --------------------------------------------------------------------------
+
+USER_TESTS = """
+import asyncio
+
+from voxwire import brisvox, ovp
+from voxwire.brisvox.agent import AgentServer, AgentSession
+from voxwire.brisvox.engine import AgentTarget, EngineLink
+from voxwire.hosts import check_url
+from voxwire.ovp.client import OVPClient
+from voxwire.ovp.gateway import Gateway, GatewaySession, mint_token
+from voxwire.testing.agent import FakeAgent
+from voxwire.testing.gateway import DEFAULT_AGENT, DEFAULT_CALL, FakeGateway
+from voxwire.testing.plugin import AgentCallMaker, FakeOVPClientMaker
+
+SECRET = "a-gateway-secret-of-at-least-32-bytes"
+INJECT = ovp.InputSource.DEVELOPER_INJECT
+
+
+def test_a_client(fake_gateway: FakeGateway) -> None:
+    async def scenario() -> None:
+        async with fake_gateway:
+            client = OVPClient(fake_gateway.url, "ovps_1", fake_gateway.token("ovps_1"))
+            await client.connect()
+            await client.send_agent_input(source=INJECT, text="Hi")
+            assert (await fake_gateway.expect(ovp.AgentInput)).text == "Hi"
+            await client.close()
+
+    assert fake_gateway.wait == 2.5  # --voxwire-wait
+    asyncio.run(scenario())
+
+
+def test_an_engine(fake_agent: FakeAgent) -> None:
+    async def scenario() -> None:
+        async with fake_agent:
+            link = EngineLink(AgentTarget(check_url(fake_agent.url)), session_id="c", agent="a")
+            assert await link.start()
+            link.send_user_text(epoch=1, text="Hi")
+            assert (await fake_agent.expect(brisvox.UserText)).text == "Hi"
+            await link.end("hangup")
+
+    asyncio.run(scenario())
+
+
+def test_a_gateway(fake_ovp_client: FakeOVPClientMaker) -> None:
+    async def answer(session: GatewaySession) -> None:
+        session.start(DEFAULT_CALL, DEFAULT_AGENT)
+        async for item in session:
+            if isinstance(item, ovp.AgentInput):
+                session.end(ovp.SessionEndReason.AGENT_ENDED)
+
+    async def scenario() -> None:
+        async with Gateway(answer, secret=SECRET) as gateway:
+            token = mint_token(SECRET, session_id="ovps_1", tenant_id="t")
+            async with fake_ovp_client(gateway.url, "ovps_1", token) as client:
+                await client.client.send_agent_input(source=INJECT, text="Bye")
+                assert (await client.ended()).reason == "agent_ended"
+
+    asyncio.run(scenario())
+
+
+def test_an_agent(fake_engine: AgentCallMaker) -> None:
+    async def greet(session: AgentSession) -> None:
+        await session.send_say(text="Hello.")
+        async for _ in session:
+            pass
+
+    async def scenario() -> None:
+        async with AgentServer(greet, token="s3cret") as server:
+            async with fake_engine(server.url, token="s3cret") as call:
+                assert (await call.expect(brisvox.Say)).text == "Hello."
+                await call.hang_up()
+
+    asyncio.run(scenario())
+
+
+def test_a_client_that_never_dials(fake_gateway: FakeGateway) -> None:
+    async def scenario() -> None:
+        async with fake_gateway:
+            client = OVPClient(fake_gateway.url, "ovps_2", fake_gateway.token("ovps_2"))
+            await client.connect()
+            await client.send_agent_input(source=INJECT, text="Hi")
+            await fake_gateway.expect(ovp.DtmfSend, timeout=0.2)
+
+    asyncio.run(scenario())
+"""
+
+
+def test_the_plugin_gives_users_the_fakes_and_shows_what_they_saw(tmp_path: Path) -> None:
+    (tmp_path / "test_user.py").write_text(USER_TESTS, encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--voxwire-wait=2.5",
+         "test_user.py"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    out = done.stdout
+    assert re.search(r"^plugins: .*\bvoxwire-", out, re.M), out  # loaded by its entry point
+    assert "1 failed, 4 passed" in out, out
+    failure = out[out.index("_ test_a_client_that_never_dials _") :]
+    assert (
+        "NothingArrived: no dtmf.send from the client within 0.2 s; passed over agent.input seq 0;"
+        " nothing arrived (the last from the client: agent.input seq 0)"
+    ) in failure
+    section = failure[failure.index("voxwire fake_gateway") :]
+    assert "the fake: session.start seq 0" in section
+    assert "the client: agent.input seq 0" in section
+
+
+def test_the_plugin_and_the_fakes_load_only_what_they_use() -> None:
+    probe = (
+        "import sys, voxwire.testing.plugin\n"
+        "assert not [m for m in sys.modules if m.startswith('voxwire.testing.') and"
+        " m != 'voxwire.testing.plugin'], sorted(sys.modules)\n"
+        "assert 'jwt' not in sys.modules\n"
+        "for name in ('AgentCall', 'FakeAgent', 'FakeOVPClient'):\n"
+        "    getattr(voxwire.testing, name)\n"
+        "del sys.modules['pytest']\n"
+        "import voxwire.testing.agent, voxwire.testing.client, voxwire.testing.engine\n"
+        "assert 'pytest' not in sys.modules and 'jwt' not in sys.modules\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
