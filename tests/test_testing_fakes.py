@@ -486,3 +486,28 @@ def test_the_plugin_and_the_fakes_load_only_what_they_use() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False
     )
     assert done.returncode == 0, done.stderr
+
+
+@aio
+async def test_the_fake_engine_records_what_a_broken_agent_sent_and_refused() -> None:
+    blank = '{"type": "say", "id": "c1", "text": " "}'
+
+    async def broken(ws: ServerConnection) -> None:  # an agent not written with voxwire
+        await ws.recv()
+        await ws.send('{"type": "session.accept", "version": 1, "tools": []}')
+        await ws.send(blank)
+        await ws.wait_closed()
+
+    async with serve(broken, "127.0.0.1", 0, compression=None) as server:
+        url = f"ws://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        async with AgentCall.open(url, wait=DEADLINE) as call:
+            with pytest.raises(ExpectationFailed) as refused:
+                await call.expect(brisvox.Say)
+            with pytest.raises(NothingArrived) as timed_out:
+                await call.expect(brisvox.Say, timeout=0.05)
+    assert _codes(call) == [brisvox.ErrorCode.INVALID_ARGUMENT] and call.sent == []
+    assert str(refused.value).startswith(
+        "expected a say, the engine refused what the agent sent: invalid_argument: say $.text: "
+    )
+    assert str(timed_out.value).startswith("no say from the agent within 0.05 s; ")
+    assert "the agent: say  REFUSED invalid_argument" in call.transcript()

@@ -389,8 +389,8 @@ class Watch:
                 return f"a binary frame of {len(data)} bytes"
         try:
             return _describe(self._module.decode(data, sender))
-        except ProtocolError:
-            return _short(data)
+        except ProtocolError as exc:  # its type, when the codec could read that much
+            return exc.message_type or _short(data)
 
 
 def _runs(
