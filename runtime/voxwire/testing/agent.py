@@ -182,8 +182,10 @@ class FakeAgent:
         return session
 
     async def expect(self, kind: type[T], *, timeout: float | None = None) -> T:
-        """The engine's next message after the ones already expected (``session.start`` and
-        ``command.result`` aside: a command returns its result); it must be a ``kind``."""
+        """The engine's next ``kind`` after the messages already expected; the messages of other
+        types on the way are passed over (``session.start`` is :meth:`connected`'s and
+        :meth:`resumed`'s, a ``command.result`` its command's return). See
+        :meth:`voxwire.testing.watch.Watch.expect`."""
         return await self.watch.expect(kind, timeout=self._wait(timeout))
 
     async def until(

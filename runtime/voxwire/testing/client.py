@@ -146,8 +146,9 @@ class FakeOVPClient:
     # -- the script -----------------------------------------------------------------------------
 
     async def expect(self, kind: type[T], *, timeout: float | None = None) -> T:
-        """The gateway's next event after the ones already expected (``session.start``
-        included); it must be a ``kind``."""
+        """The gateway's next ``kind`` after the events already expected (``session.start``
+        included); the events of other types on the way are passed over. See
+        :meth:`voxwire.testing.watch.Watch.expect`."""
         return await self.watch.expect(kind, timeout=self._wait(timeout))
 
     async def until(

@@ -188,8 +188,9 @@ class FakeGateway:
         return session
 
     async def expect(self, kind: type[T], *, timeout: float | None = None) -> T:
-        """The client's next event after the ones already expected (``session.resume`` aside:
-        :meth:`resumed`); it must be a ``kind``."""
+        """The client's next ``kind`` after the events already expected; the events of other
+        types on the way are passed over (``session.resume`` is :meth:`resumed`'s). See
+        :meth:`voxwire.testing.watch.Watch.expect`."""
         return await self.watch.expect(kind, timeout=self._wait(timeout))
 
     async def until(
@@ -215,13 +216,14 @@ class FakeGateway:
     async def resumed(self, *, timeout: float | None = None) -> ovp.SessionResume:
         """The client's next ``session.resume`` that the gateway took (what it missed is then
         replayed); raises :class:`ExpectationFailed` when the gateway refused it."""
-        taken_before, refused_before = self._resumes, len(self.refused)
+        taken_before, since = self._resumes, len(self.watch.log)
 
         def resume() -> ovp.SessionResume | None:
-            for refused in self.refused[refused_before:]:
-                if isinstance(refused.data, str) and '"session.resume"' in refused.data:
+            for entry in self.watch.log[since:]:
+                if entry.refused is not None and entry.what.startswith(ovp.SessionResume.type):
                     raise ExpectationFailed(
-                        f"the fake gateway refused the client's session.resume: {refused.error}"
+                        "the fake gateway refused the client's session.resume: "
+                        f"{entry.refused.error}"
                     )
             taken = [m for m in self.sent if isinstance(m, ovp.SessionResume)]
             return taken[taken_before] if len(taken) > taken_before else None
