@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import pytest
-from websockets.asyncio.client import connect
+from websockets.asyncio.client import ClientConnection, connect
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed, ConnectionClosedError
 
@@ -201,3 +202,38 @@ async def test_the_owners_messages_are_bounded_at_max_size_and_not_past_it() -> 
             with pytest.raises(ConnectionClosed) as closed:
                 await ws.recv()
         assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
+
+
+@aio
+async def test_an_ordinary_drop_leaves_no_task_exception_unretrieved() -> None:
+    """A side that drops while the other is sending ends both copies with ConnectionClosed:
+    each is retrieved and logged at DEBUG, never asyncio's "Task exception was never retrieved"
+    at ERROR (which pages anyone alerting on ERROR)."""
+    import gc
+    import logging
+
+    logged: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.ERROR)
+    handler.emit = logged.append  # type: ignore[method-assign]
+    logging.getLogger("asyncio").addHandler(handler)
+    try:
+        results: list[RelayResult | Exception] = []
+        async with owner_server() as (owner, _), front(owner, results) as port:
+            for _ in range(20):
+                async with _client(port) as ws:
+
+                    async def flood(ws: ClientConnection = ws) -> None:
+                        with contextlib.suppress(ConnectionClosed):
+                            while True:
+                                await ws.send(b"\0" * 652)
+
+                    flooding = asyncio.create_task(flood())
+                    await ws.send("crash")
+                    await flooding
+            await asyncio.sleep(0.1)
+        assert len(results) == 20 and all(isinstance(r, RelayResult) for r in results)
+        gc.collect()
+        await asyncio.sleep(0)
+    finally:
+        logging.getLogger("asyncio").removeHandler(handler)
+    assert [r.getMessage() for r in logged] == []

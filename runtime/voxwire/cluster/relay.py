@@ -29,6 +29,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.asyncio.connection import Connection
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 from websockets.frames import CloseCode
+from websockets.protocol import State
 
 from voxwire.clock import SYSTEM_CLOCK, Clock
 from voxwire.cluster.directory import Owner
@@ -178,18 +179,28 @@ async def _pump(
     if keepalive is not None:
         tasks |= {asyncio.create_task(watch(link)), asyncio.create_task(watch(upstream))}
     done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-    first = done.pop()
+    for task in done:
+        # A copy that wrote to a side that had gone ends with ConnectionClosed: an ordinary
+        # drop, retrieved here (never asyncio's "Task exception was never retrieved" at ERROR).
+        error = task.exception()
+        if error is not None and not isinstance(error, ConnectionClosed):
+            raise error
+        if error is not None:
+            _log.debug("relay to %s: %s", owner.process_id, error)
     for task in pending:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError, ConnectionClosed):
             await task
-    if first not in (to_owner, from_owner):  # a side went silent
+    if to_owner not in done and from_owner not in done:  # a side went silent
         link.transport.abort()
         upstream.transport.abort()
         closed_by = "drop"
     else:
-        closed_by = "client" if first is to_owner else "owner"
-        source, target = (link, upstream) if first is to_owner else (upstream, link)
+        # The side that went away: a copy ends when its source closes, or when a write to its
+        # target finds the target gone, so the copy's name alone does not say which.
+        client_gone = link.protocol.state is not State.OPEN
+        closed_by = "client" if client_gone or upstream.protocol.state is State.OPEN else "owner"
+        source, target = (link, upstream) if closed_by == "client" else (upstream, link)
         # The close that ended the source: the one it sent, else the one this relay sent it
         # (a message over max_size is a 1009 the other side must hear, not a drop).
         received = source.protocol.close_rcvd or source.protocol.close_sent
