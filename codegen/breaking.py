@@ -36,11 +36,11 @@ from codegen.ir import (
     Protocol,
     Rule,
     TypeRef,
-    resolve,
 )
 from codegen.loader import Problem, SpecError, load
 from codegen.pipeline import load_protocols, spec_files
 from codegen.render import ROOT
+from codegen.resolver import resolve
 
 __all__ = [
     "RULES",

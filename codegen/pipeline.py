@@ -14,10 +14,11 @@ from codegen.asyncapi import (
 )
 from codegen.diagrams import load_flows
 from codegen.examples import check_examples
-from codegen.ir import Protocol, resolve
+from codegen.ir import Protocol
 from codegen.loader import Problem, SpecError, load
 from codegen.reference import asyncapi_page, diagram_pages
 from codegen.render import ROOT, Output, package_stub, render
+from codegen.resolver import resolve
 from codegen.sessions import build_sessions, session_outputs
 from codegen.typescript import render_package
 

@@ -20,9 +20,10 @@ import pytest
 import yaml
 
 from codegen.asyncapi import ASYNCAPI_VERSION, CHANNEL
-from codegen.ir import Protocol, resolve
+from codegen.ir import Protocol
 from codegen.jsonschema_export import export_schema
 from codegen.loader import load
+from codegen.resolver import resolve
 from tests.conftest import ROOT
 
 PACKAGES = {"@asyncapi/specs": "6.11.1", "@asyncapi/parser": "3.6.6"}

@@ -20,8 +20,9 @@ import pytest
 import yaml
 
 from codegen.breaking import RULES, Finding, compare, report
-from codegen.ir import Protocol, resolve
+from codegen.ir import Protocol
 from codegen.loader import SpecError, load
+from codegen.resolver import resolve
 from tests.conftest import ROOT
 
 Data = dict[str, Any]

@@ -265,13 +265,14 @@ def _generated_public_names() -> set[str]:
 
 
 def test_no_generated_name_is_spelled_outside_the_naming_module() -> None:
-    """render.py, pymodel.py and ir.py take every name from codegen/names.py, and templates
-    print names from it (``{{ names.ERROR_CODE }}``) or from the view; none spells one itself."""
+    """The renderer, the Python view, the IR and its resolver take every name from
+    codegen/names.py, and templates print names from it (``{{ names.ERROR_CODE }}``) or from the
+    view; none spells one itself."""
     public = _generated_public_names()
     assert {"ErrorCode", "decode", "CloseCode", "ClientSends"} <= public
     found = []
-    for module in ("render", "pymodel", "ir"):
-        path = ROOT / "codegen" / f"{module}.py"
+    modules = [ROOT / "codegen" / f"{module}.py" for module in ("render", "pymodel", "ir")]
+    for path in [*modules, *sorted((ROOT / "codegen" / "resolver").glob("*.py"))]:
         tree = ast.parse(path.read_text(encoding="utf-8"))
         skipped = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Expr)}
         skipped |= {  # the module's own __all__
@@ -287,7 +288,9 @@ def test_no_generated_name_is_spelled_outside_the_naming_module() -> None:
                 and id(node) not in skipped
             ):
                 words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", node.value))
-                found += [f"{path.name}:{node.lineno}: {w}" for w in sorted(words & public)]
+                found += [
+                    f"{path.relative_to(ROOT)}:{node.lineno}: {w}" for w in sorted(words & public)
+                ]
     for path in sorted((ROOT / "codegen" / "templates").glob("*.py.j2")):
         text = re.sub(r"\{\{.*?\}\}|\{%.*?%\}", " ", path.read_text(encoding="utf-8"))
         code = re.sub(r'"""[\s\S]*?"""|#.*', " ", text)  # prose may name them

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from codegen.ir import resolve
 from codegen.loader import load
+from codegen.resolver import resolve
 from codegen.sessions import build_sessions
 from tests.conftest import ROOT
 from voxwire.conformance import Case, VectorError, answer, load_cases, read_vectors, request, run

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from codegen.ir import Protocol, resolve
+from codegen.ir import Protocol
 from codegen.loader import Problem, SpecError, load
 from codegen.pipeline import load_protocols
+from codegen.resolver import resolve
 
 DISPLAY = "spec/toy.yaml"
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from codegen.ir import resolve
 from codegen.loader import load
+from codegen.resolver import resolve
 from tests.conftest import ROOT
 from voxwire.validate import Finding, Tally, Violation, check_capture
 
