@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
-from codegen.breaking import RULES, Finding, compare, report
+from codegen.breaking import compare, report
+from codegen.breaking.findings import RULES, Finding
 from codegen.ir import Protocol
 from codegen.loader import SpecError, load
 from codegen.resolver import resolve

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from codegen.breaking import Finding, compare, report
+from codegen.breaking import compare, report
+from codegen.breaking.findings import Finding
 from codegen.ir import Protocol
 from codegen.loader import SpecError
 from codegen.pipeline import check, generate, load_protocols
