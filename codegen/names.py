@@ -1,9 +1,9 @@
 """Every Python name the generated code uses is decided here, and nowhere else.
 
 Derived names are functions of the spec's names; fixed ones are constants. The renderer and the
-Python view (render.py, pymodel.py) take them from here, and templates print them from here
-(the Jinja global ``names``) or from a view built here; tests/test_codegen.py checks that no other
-codegen module or template spells one.
+Python view (render.py, pymodel.py and its py*.py siblings) take them from here, and templates
+print them from here (the Jinja global ``names``) or from a view built here;
+tests/test_codegen.py checks that no other codegen module or template spells one.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from codegen.ir import (
     Struct,
     TypeRef,
 )
-from codegen.pymodel import limit_phrases
+from codegen.pytext import limit_phrases
 from codegen.templating import Proxy, constant_groups
 
 __all__ = [

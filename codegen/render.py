@@ -24,16 +24,10 @@ from codegen import names
 from codegen.ir import Constant, Field, Message, Protocol, Struct
 from codegen.jsonschema_export import export_schema
 from codegen.machines import machine_view
-from codegen.pymodel import (
-    LINE_LENGTH,
-    PyClass,
-    PyModel,
-    build,
-    build_frames,
-    build_roles,
-    docstring,
-    wrap,
-)
+from codegen.pyframes import build_frames
+from codegen.pymodel import PyClass, PyModel, build
+from codegen.pyroles import build_roles
+from codegen.pytext import LINE_LENGTH, docstring, wrap
 from codegen.reference import reference_pages
 from codegen.templating import Proxy, constant_groups
 from codegen.vectors import render_vectors
