@@ -8,8 +8,8 @@ import json
 import re
 from typing import Any
 
+from codegen.cases.validator import Validator
 from codegen.ir import Frame, Message, Protocol
-from codegen.vectors import Validator
 
 __all__ = ["ASIDE_WITH_VALUES", "field_problems", "frame_field_problems", "shown"]
 
