@@ -1,5 +1,6 @@
 """How spec prose and values are spelled in generated Python: docstrings wrapped to the line
-length, a field's limits in words, a bound or a default as a literal.
+length and their literals, a field's limits in words, a long string, a bound or a default as a
+literal.
 
 Every part of the Python view (:mod:`codegen.pymodel` and its siblings) and the reference pages
 spell them the same way, from here.
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import json
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from codegen import names
 from codegen.ir import JSON_SAFE_INTEGER, Bound, Constant, Field
@@ -19,7 +20,9 @@ __all__ = [
     "bound_literal",
     "default_literal",
     "docstring",
+    "docstring_literal",
     "limit_phrases",
+    "string_literal",
     "wrap",
 ]
 
@@ -101,3 +104,40 @@ def bound_literal(bound: Bound) -> str:
     if bound.value == -JSON_SAFE_INTEGER:
         return "-" + names.JSON_SAFE_INTEGER
     return repr(bound.value)
+
+
+def docstring_literal(
+    paragraphs: list[str], indent: int, args: Iterable[tuple[str, str]] = ()
+) -> str:
+    """A docstring literal: one line, or several with the closing quotes on their own line;
+    ``args`` (name, text) become a Google-style ``Args:`` section."""
+    lines = wrap(paragraphs, indent)
+    entries = [
+        textwrap.wrap(
+            f"{name}: {text}",
+            LINE_LENGTH - indent - 4,
+            initial_indent="    ",
+            subsequent_indent="        ",
+            break_on_hyphens=False,
+        )
+        for name, text in args
+    ]
+    if entries:
+        lines += ["", "Args:", *(line for entry in entries for line in entry)]
+    if len(lines) == 1:
+        return f'"""{lines[0]}"""'
+    pad = " " * indent
+    body = ("\n" + pad).join(lines).replace("\n" + pad + "\n", "\n\n")
+    return f'"""{body}\n{pad}"""'
+
+
+def string_literal(text: str, indent: int) -> str:
+    """A string literal that fits the line length: implicit concatenation in parentheses."""
+    text = " ".join(text.split())
+    width = LINE_LENGTH - indent - 8
+    if len(repr(text)) <= 40:
+        return repr(text)
+    # Always parenthesized and wrapped: ruff joins the pieces again where one line fits.
+    words = textwrap.wrap(text, width, break_on_hyphens=False, drop_whitespace=False)
+    pad = " " * (indent + 4)
+    return "(\n" + "\n".join(pad + repr(chunk) for chunk in words) + "\n" + " " * indent + ")"

@@ -27,7 +27,7 @@ from codegen.machines import machine_view
 from codegen.pyframes import build_frames
 from codegen.pymodel import PyClass, PyModel, build
 from codegen.pyroles import build_roles
-from codegen.pytext import LINE_LENGTH, docstring, wrap
+from codegen.pytext import LINE_LENGTH, docstring, docstring_literal, string_literal, wrap
 from codegen.reference import reference_pages
 from codegen.templating import Proxy, constant_groups
 from codegen.vectors import render_vectors
@@ -48,36 +48,11 @@ _TEMPLATES = jinja2.Environment(
 )
 _TEMPLATES.filters["oneline"] = lambda text: " ".join(str(text).split())
 _TEMPLATES.filters["py"] = repr
-_TEMPLATES.filters["doc"] = lambda lines, indent=4, args=(): _docstring_literal(lines, indent, args)
+_TEMPLATES.filters["doc"] = lambda lines, indent=4, args=(): docstring_literal(lines, indent, args)
 _TEMPLATES.filters["classdoc"] = lambda c, field_sets: _class_docstring(c, field_sets)
 _TEMPLATES.filters["wrap"] = lambda paragraphs, indent=0: "\n".join(wrap(paragraphs, indent))
-_TEMPLATES.filters["pystr"] = lambda text, indent=4: _string_literal(text, indent)
+_TEMPLATES.filters["pystr"] = lambda text, indent=4: string_literal(text, indent)
 _TEMPLATES.globals["names"] = names  # every name a template prints comes from codegen.names
-
-
-def _docstring_literal(
-    paragraphs: list[str], indent: int, args: Iterable[tuple[str, str]] = ()
-) -> str:
-    """A docstring literal: one line, or several with the closing quotes on their own line;
-    ``args`` (name, text) become a Google-style ``Args:`` section."""
-    lines = wrap(paragraphs, indent)
-    entries = [
-        textwrap.wrap(
-            f"{name}: {text}",
-            LINE_LENGTH - indent - 4,
-            initial_indent="    ",
-            subsequent_indent="        ",
-            break_on_hyphens=False,
-        )
-        for name, text in args
-    ]
-    if entries:
-        lines += ["", "Args:", *(line for entry in entries for line in entry)]
-    if len(lines) == 1:
-        return f'"""{lines[0]}"""'
-    pad = " " * indent
-    body = ("\n" + pad).join(lines).replace("\n" + pad + "\n", "\n\n")
-    return f'"""{body}\n{pad}"""'
 
 
 def _class_docstring(c: PyClass, field_sets: list[PyClass]) -> str:
@@ -86,7 +61,7 @@ def _class_docstring(c: PyClass, field_sets: list[PyClass]) -> str:
     bases = c.base.split(", ")
     fields = [f for s in field_sets if s.name in bases for f in s.fields] + c.fields
     if not fields:
-        return _docstring_literal(c.doc, 4)
+        return docstring_literal(c.doc, 4)
     lines = [*wrap(c.doc, 4), "", "Attributes:"]
     for f in fields:
         entry = f"{f.attr}: {f.doc[0] if f.doc else ''}"
@@ -95,18 +70,6 @@ def _class_docstring(c: PyClass, field_sets: list[PyClass]) -> str:
         lines += ["    " + line for line in wrapped]
     body = "\n    ".join(lines).replace("\n    \n", "\n\n")
     return f'"""{body}\n    """'
-
-
-def _string_literal(text: str, indent: int) -> str:
-    """A string literal that fits the line length: implicit concatenation in parentheses."""
-    text = " ".join(text.split())
-    width = LINE_LENGTH - indent - 8
-    if len(repr(text)) <= 40:
-        return repr(text)
-    # Always parenthesized and wrapped: ruff joins the pieces again where one line fits.
-    words = textwrap.wrap(text, width, break_on_hyphens=False, drop_whitespace=False)
-    pad = " " * (indent + 4)
-    return "(\n" + "\n".join(pad + repr(chunk) for chunk in words) + "\n" + " " * indent + ")"
 
 
 class RenderError(Exception):
@@ -366,10 +329,11 @@ def _all_fields(p: Protocol) -> list[Field]:
     return [f for owner in owners for f in owner.fields]
 
 
-def _messages(model: PyModel, header: str) -> str:
+def _message_imports(model: PyModel) -> dict[str, Any]:
+    """What the messages module imports: the names its annotations, defaults and inline tests
+    (``check_when``) use."""
     p = model.protocol
     text_all = " ".join(f.annotation for c in (*model.structs, *model.messages) for f in c.fields)
-    uses_datetime = bool(re.search(r"\bdatetime\b", text_all))
     typing_names = ["ClassVar", "Final", "Literal", "TypeAlias"]
     for name in ("Annotated", "Any"):
         if re.search(rf"\b{name}\b", text_all):
@@ -383,6 +347,21 @@ def _messages(model: PyModel, header: str) -> str:
         {c for c in _referenced_constants(_all_fields(p)) if re.search(rf"\b{c}\b", text_all)}
         | {c.py_name for c in p.constants if re.search(rf"\b{c.py_name}\b", fast)}
     )
+    return {
+        "typing_names": sorted(typing_names),
+        "msgspec_names": sorted(msgspec_names),
+        "constant_imports": constant_imports,
+        "rule_imports": [
+            *([names.JSON_SAFE_INTEGER] if safe_integer else []),
+            *sorted(r for r in names.RULES if re.search(rf"\b{r}\(", fast)),
+        ],
+        "uses_datetime": bool(re.search(r"\bdatetime\b", text_all)),
+        "check_imports": sorted(c.check for c in model.messages if c.check),
+    }
+
+
+def _messages(model: PyModel, header: str) -> str:
+    p = model.protocol
     unions = [
         {
             "name": u.name,
@@ -417,16 +396,8 @@ def _messages(model: PyModel, header: str) -> str:
         structs=model.structs,
         messages=model.messages,
         unions=unions,
-        typing_names=sorted(typing_names),
-        msgspec_names=sorted(msgspec_names),
-        constant_imports=constant_imports,
-        rule_imports=[
-            *([names.JSON_SAFE_INTEGER] if safe_integer else []),
-            *sorted(r for r in names.RULES if re.search(rf"\b{r}\(", fast)),
-        ],
-        uses_datetime=uses_datetime,
-        check_imports=sorted(c.check for c in model.messages if c.check),
         exports=_sorted_all(exports),
+        **_message_imports(model),
     )
 
 
