@@ -12,8 +12,8 @@ from codegen.asyncapi import (
     asyncapi_outputs,
     render_asyncapi,
 )
-from codegen.diagrams import load_flows
 from codegen.examples import check_examples
+from codegen.flows import load_flows
 from codegen.ir import Protocol
 from codegen.loader import Problem, SpecError, load
 from codegen.reference import asyncapi_page, diagram_pages

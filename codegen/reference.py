@@ -12,7 +12,8 @@ from typing import Any
 
 import jinja2
 
-from codegen.diagrams import Flows, frame_svg, sequence_svg
+from codegen.diagrams import frame_svg, sequence_svg
+from codegen.flows import Flows
 from codegen.ir import (
     Constant,
     Field,

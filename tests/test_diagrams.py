@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from codegen.diagrams import frame_svg, load_flows, sequence_svg
+from codegen.diagrams import frame_svg, sequence_svg
+from codegen.flows import load_flows
 from codegen.ir import Protocol
 from codegen.loader import SpecError
 from tests.conftest import ROOT

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 from websockets.sync.client import ClientConnection, connect
 
-from codegen.diagrams import load_flows
+from codegen.flows import load_flows
 from codegen.ir import Protocol, TypeRef
 from codegen.pipeline import load_protocols
 from codegen.reference import anchor

@@ -21,7 +21,8 @@ from mkdocs.exceptions import PluginError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # codegen, from the repository
 
-from codegen.diagrams import Edge, load_flows, machine_markdown, sequence_svg, state_svg
+from codegen.diagrams import Edge, machine_markdown, sequence_svg, state_svg
+from codegen.flows import load_flows
 from codegen.pipeline import load_protocols
 
 _PLACEHOLDER = re.compile(r"^<!-- state-machine: (\w+)\.(\w+) -->$", re.M)
