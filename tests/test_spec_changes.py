@@ -360,7 +360,7 @@ CHANGES = [
     ),
     Change(
         "add-frame-without-a-direction",
-        (replace(OVP, "\ntransport:\n", "\n" + CONTROL_FRAME + "\ntransport:\n"),),
+        (replace(OVP, "\nsessions:\n", "\n" + CONTROL_FRAME + "\nsessions:\n"),),
         refused=(
             OVP,
             "    fields:  # ControlFrame",
