@@ -61,6 +61,8 @@ class MachineTransition:
     target: str
     actions: tuple[str, ...]
     decision: str | None
+    line: int
+    """Where the spec writes it (problems about it name this line)."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,8 @@ class Machine:
     actions: tuple[MachineItem, ...]
     transitions: tuple[MachineTransition, ...]
     """In the spec's order: by state, then by input as written."""
+    line: int
+    """Where the spec writes the machine (``sessions[n]``)."""
 
     @property
     def final(self) -> tuple[str, ...]:
@@ -203,6 +207,7 @@ class _Checker:
             inputs,
             actions,
             transitions,
+            self.raw.line(self.path),
         )
         self._check_use(machine)
         return machine
@@ -262,7 +267,12 @@ class _Checker:
                     self.fail((*spot, "decision"), f"no decision {decision!r} in this spec")
                 found.append(
                     MachineTransition(
-                        source, event, cell["to"], tuple(cell.get("do", [])), decision
+                        source,
+                        event,
+                        cell["to"],
+                        tuple(cell.get("do", [])),
+                        decision,
+                        self.raw.line((*self.path, *spot)),
                     )
                 )
         return tuple(found)
