@@ -251,11 +251,23 @@ def test_client_close_and_give_up() -> None:
 
 def test_client_closes_when_its_seq_would_pass_the_bound() -> None:
     core = started_client()
-    core._stamper.next_seq = ovp.MAX_SEQ
+    core.skip_seq(ovp.MAX_SEQ)
     assert of(Sent, core.send(ovp.AgentInput, {"source": "system", "text": "x"}, 1))
     out = core.send(ovp.AgentInput, {"source": "system", "text": "x"}, 1)
     assert of(Close, out) and "seq would pass" in of(SessionOver, out)[0].detail
     assert core.over is not None and not core.live
+
+
+def test_the_client_seq_skips_ahead_never_back_nor_past_the_bound() -> None:
+    core = started_client()
+    core.skip_seq(5)
+    assert core.next_seq == 5
+    for bad in (4, ovp.MAX_SEQ + 2):
+        with pytest.raises(ValueError, match=rf"in 5\.\.{ovp.MAX_SEQ + 1}, not {bad}"):
+            core.skip_seq(bad)
+    core.skip_seq(ovp.MAX_SEQ + 1)
+    out = core.send(ovp.AgentInput, {"source": "system", "text": "x"}, 1)
+    assert of(Close, out) and not of(Sent, out)
 
 
 def test_session_ids_are_path_segments() -> None:

@@ -110,7 +110,7 @@ def test_a_session_case_needs_one_verdict_per_step() -> None:
     with pytest.raises(VectorError, match=r"step 1 has no time `t` at or after 5\.0"):
         read_vectors(json.dumps({**good, "steps": backwards}) + "\n", "x.jsonl")
     odd = [{"t": 0.0, "link": "sideways"}, *good["steps"][1:]]
-    with pytest.raises(VectorError, match="step 0 is neither a message nor a link event"):
+    with pytest.raises(VectorError, match="step 0 is neither a message, a link event, a call"):
         read_vectors(json.dumps({**good, "steps": odd}) + "\n", "x.jsonl")
 
 

@@ -20,6 +20,7 @@ import collections
 import importlib
 import json
 import queue
+import re
 import shlex
 import subprocess
 import sys
@@ -33,8 +34,9 @@ from types import ModuleType
 from typing import IO, Any, Final
 
 from voxwire._rules import json_equal
-from voxwire.conformance.sessions import play
+from voxwire.conformance.sessions import LINK_STEPS, play
 from voxwire.errors import VoxwireError
+from voxwire.machine import traced
 
 __all__ = [
     "DEFAULT_EXPECTED_FAILURES",
@@ -171,20 +173,45 @@ def _case(data: dict[str, Any], where: str) -> Case:
         if not isinstance(verdicts, list) or len(verdicts) != len(steps):
             raise VectorError(f"{where}: {case_id}: expect.steps has one verdict per step")
         _check_steps_form(steps, f"{where}: {case_id}")
+        _check_covers(data.get("covers", []), f"{where}: {case_id}")
     return Case(case_id, protocol, kind, data, where)
 
 
 def _check_steps_form(steps: list[Any], where: str) -> None:
-    """Every step is a message (``from``, ``text``) or a link event, at a time never going back."""
+    """Every step is a message (``from``, ``text``), a link event, an application's call, a
+    wait or the side's next seq, at a time never going back."""
     last = 0.0
     for index, step in enumerate(steps):
         t = step.get("t") if isinstance(step, dict) else None
         if not isinstance(t, (int, float)) or isinstance(t, bool) or t < last:
             raise VectorError(f"{where}: step {index} has no time `t` at or after {last}")
         last = t
-        is_message = isinstance(step.get("from"), str) and isinstance(step.get("text"), str)
-        if not is_message and step.get("link") not in ("lost", "closed", "open"):
-            raise VectorError(f"{where}: step {index} is neither a message nor a link event")
+        if not _step_form(step):
+            raise VectorError(
+                f"{where}: step {index} is neither a message, a link event, a call, a wait "
+                "nor a next seq"
+            )
+
+
+def _step_form(step: dict[str, Any]) -> bool:
+    """Whether ``step`` has one of the forms of docs/conformance.md, "Sessions"."""
+    if isinstance(step.get("from"), str) and isinstance(step.get("text"), str):
+        return True
+    seq = step.get("next_seq")
+    return (
+        step.get("link") in LINK_STEPS
+        or isinstance(step.get("call"), str)
+        or step.get("wait") is True
+        or (type(seq) is int and seq >= 0)
+    )
+
+
+def _check_covers(covers: Any, where: str) -> None:
+    """A session case's ``covers``: ``"<role> <state>.<input>"`` strings."""
+    if not isinstance(covers, list) or not all(
+        isinstance(c, str) and re.fullmatch(r"\w+ \w+\.\w+", c) for c in covers
+    ):
+        raise VectorError(f'{where}: covers is a list of "<role> <state>.<input>" strings')
 
 
 def _input_bytes(data_in: dict[str, Any], where: str = "") -> bytes:
@@ -279,7 +306,10 @@ def answer(req: dict[str, Any]) -> dict[str, Any]:
             return {"id": case_id, "error": f"unknown protocol {protocol!r}"}
         kind = req.get("kind")
         if kind == "session":
-            return {"id": case_id, "steps": play(protocol, str(req.get("side")), req["steps"])}
+            with traced() as taken:
+                steps = play(protocol, str(req.get("side")), req["steps"])
+            claims = dict.fromkeys(f"{t.role} {t.state}.{t.input}" for t in taken)
+            return {"id": case_id, "steps": steps, "taken": list(claims)}
         module = importlib.import_module(f"voxwire.{protocol}")
         data = _input_bytes(req.get("input") or {})
         if kind == "decode":
@@ -399,6 +429,18 @@ def check(expect: dict[str, Any], got: dict[str, Any]) -> str | None:
     return None
 
 
+def _unproven(case: Case, got: dict[str, Any]) -> str | None:
+    """The transitions a session case claims to cover that the testee says it did not take
+    (a testee that does not say, ``taken`` absent, is not judged on them)."""
+    taken = got.get("taken")
+    if case.kind != "session" or not isinstance(taken, list):
+        return None
+    missing = [c for c in case.data.get("covers", []) if c not in taken]
+    if not missing:
+        return None
+    return f"it claims to cover {', '.join(missing)}, which the testee did not take"
+
+
 @dataclass
 class Outcome:
     """The result of one case."""
@@ -489,7 +531,7 @@ def run(
     report.unknown_expected = sorted(i for i in listed if i not in known)
     for case in cases:
         got = ask(case)
-        problem = check(case.expect, got)
+        problem = check(case.expect, got) or _unproven(case, got)
         report.outcomes.append(Outcome(case, got, problem, listed.get(case.id)))
     return report
 

@@ -2,8 +2,9 @@
 
 The side under test's own messages are sent through its core's API (the core stamps them; the
 verdict is ``sent``, or ``refused`` when the core would not send such a message now), the peer's
-are received by the core, link events are told to it, and what the core returns becomes the
-step's verdict (docs/conformance.md, "Sessions").
+are received by the core, link events are told to it, the application's calls are made and time
+is let pass (a ``wait`` fires what is due), and what the core returns becomes the step's verdict
+(docs/conformance.md, "Sessions").
 
 The same players judge a capture in ``voxwire validate`` (:mod:`voxwire.validate`), one player
 per side, each fed every step: so a capture is judged by the cores' own rules and words. A
@@ -39,11 +40,12 @@ from voxwire.brisvox.engine_core import (
     LinkSettings,
     ToolFinished,
 )
+from voxwire.brisvox.messages import SessionEndReason
 from voxwire.brisvox.outputs import BadMessage, HandshakeFailed
 from voxwire.capture import MAX_SECONDS
 from voxwire.errors import ProtocolError
 from voxwire.ovp._session import AudioIn, Sent, SessionOver, SessionStateError
-from voxwire.ovp.client_core import ClientCore, ClientOutput, Rejected, ServerEvent
+from voxwire.ovp.client_core import ClientCore, ClientOutput, Dropped, Rejected, ServerEvent
 from voxwire.ovp.gateway_core import (
     STREAM_WINDOW,
     ClientEvent,
@@ -54,7 +56,7 @@ from voxwire.ovp.gateway_core import (
 )
 from voxwire.sansio import Close, Ignored, SendText
 
-__all__ = ["BROKEN_CODE", "PLAYERS", "Judged", "Player", "Step", "Verdict", "play"]
+__all__ = ["BROKEN_CODE", "LINK_STEPS", "PLAYERS", "Judged", "Player", "Step", "Verdict", "play"]
 
 Verdict = dict[str, Any]
 """A step's verdict as JSON (docs/conformance.md, "Sessions")."""
@@ -73,6 +75,11 @@ passing what a ``ts`` can carry (year 9999). A core's own ts is never compared w
 capture's, so a later one, which a session.start of 9999-12-31 implies, changes no verdict."""
 _DONE: Final[Verdict] = {"verdict": "done"}
 _SENT: Final[Verdict] = {"verdict": "sent"}
+LINK_STEPS: Final = ("lost", "closed", "open", "failed")
+"""A case's link events: a capture's (:data:`voxwire.capture.LINK_EVENTS`), and ``failed``, a
+connection attempt that never opened (the sides that connect out: the client, the engine)."""
+_STAND_IN: Final = "session"
+"""The session id of a case that names none (no message: nothing is stamped or compared)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,21 +104,29 @@ class Player(Protocol):
 
 def play(protocol: str, side: str, steps: Sequence[Step]) -> list[Verdict]:
     """The verdict of every step; raises ``ValueError`` for a side voxwire does not play or
-    a case it cannot start (a Brisvox engine case starts with its session.start, an OVP one
-    has a message from the gateway)."""
+    a case it cannot start (a Brisvox engine case's first message from the engine is its
+    session.start).
+
+    A case whose first step is a message begins on the side's first connection, open at that
+    step's time; any other first step comes before it (a ``link: open`` step opens it). The
+    first message from the server names the session (else the first message, else none)."""
     make = _CASE_PLAYERS.get((protocol, side))
     if make is None:
         raise ValueError(f"voxwire plays no {protocol} side {side!r} in session cases")
-    starts_with = "server" if protocol == "ovp" else None  # the gateway's message names the session
-    first = next((s for s in steps if starts_with in (None, s.get("from"))), None)
-    if first is None:
-        raise ValueError(f"a {protocol} {side} case has no step to start from")
-    player = make(first)
+    if not steps:
+        raise ValueError(f"a {protocol} {side} case has no steps")
+    messages = [s for s in steps if "from" in s]
+    named = next((s for s in messages if s["from"] == "server"), None)
+    if named is None and messages:
+        named = messages[0]
+    player = make(named, steps[0]["t"] if "from" in steps[0] else None)
     return [player.step(step).verdict for step in steps]
 
 
-def _session_of(first: Step) -> tuple[str, float]:
+def _session_of(first: Step | None) -> tuple[str, float]:
     """The session id of an OVP message, and the epoch its ``ts`` implies."""
+    if first is None:
+        return _STAND_IN, 0.0
     message: Any = ovp.decode(first["text"], first["from"])
     if isinstance(message, ovp.UnknownMessage):
         raise ValueError(f"the first message is of an unknown type {message.type!r}")
@@ -165,18 +180,28 @@ def _taken(pending: list[Any], kind: str) -> Any:
 class _Gateway:
     """An OVP ``GatewayCore`` playing the server's steps and judging the client's."""
 
-    def __init__(self, first: Step) -> None:
-        session_id, epoch = _session_of(first)
+    def __init__(self, named: Step | None, opened: float | None) -> None:
+        session_id, epoch = _session_of(named)
         self.core = GatewayCore(session_id, epoch=epoch)
         self.pending: list[Any] = []
         """What the core wrote to a link that no step has shown yet (answers, replays)."""
-        self.link, out = self.core.open_link(first["t"])
-        self._written(out, first["t"])
+        self.link = -1
+        if opened is not None:
+            self.link, out = self.core.open_link(opened)
+            self._written(out, opened)
 
     def step(self, step: Step) -> Judged:
         t = step["t"]
         if "link" in step:
             return self._link(step["link"], t)
+        if "from" not in step:
+            if "wait" not in step:
+                raise ValueError(f"the gateway plays no {_form(step)}")
+            out = self.core.tick(t)
+            self._written(out, t)
+            if not any(isinstance(o, ToLink) for o in out):
+                return Judged(_DONE)
+            return _judge(out, self.link)
         if step["from"] == "server":
             return self._send(step, t)
         if "binary" in step:
@@ -187,6 +212,8 @@ class _Gateway:
         return _judge(out, self.link)
 
     def _link(self, event: str, t: float) -> Judged:
+        if event == "failed":
+            raise ValueError("the gateway opens no connection: none of its attempts fails")
         if event == "open":
             self.link, out = self.core.open_link(t)
             self._written(out, t)
@@ -208,9 +235,14 @@ class _Gateway:
                 return Judged(_SENT)
             sent = _taken(self.pending, message.type)
             if sent is None:
-                self._written(self._emit(message, t), t)
+                out = self._emit(message, t)
+                self._written(out, t)
                 sent = _taken(self.pending, message.type)
-        except (ProtocolError, SessionStateError, TypeError) as exc:
+                if sent is None:  # no link to write it to: kept for the resume
+                    kept = (o.message for o in out if isinstance(o, Sent))
+                    sent = next((m for m in kept if m.type == message.type), None)
+        except (ProtocolError, SessionStateError, TypeError, ValueError) as exc:
+            # ValueError: an error whose code only the gateway's own rules raise
             return _refused(exc, "ovp")
         if sent is None:
             return _refused(SessionStateError(f"the gateway writes no {message.type} now"), "ovp")
@@ -286,17 +318,22 @@ _PEEK: Final = msgspec.json.Decoder(_SeqPeek)
 class _Client:
     """An OVP ``ClientCore`` playing the client's steps and judging the gateway's."""
 
-    def __init__(self, first: Step) -> None:
-        session_id, epoch = _session_of(first)
+    def __init__(self, named: Step | None, opened: float | None) -> None:
+        session_id, epoch = _session_of(named)
         self.core = ClientCore(session_id, epoch=epoch)
-        self.core.connected(first["t"])
+        if opened is not None:
+            self.core.connected(opened)
         self.pending: list[Any] = []
         """Messages the core sent on its own (session.resume on a reconnect), not yet stepped."""
+        self.resume_by: float | None = None
+        """When the adapter gives up reconnecting a dropped link (the core's ``Dropped``)."""
 
     def step(self, step: Step) -> Judged:
         t = step["t"]
         if "link" in step:
             return self._link(step["link"], t)
+        if "from" not in step:
+            return self._app(step, t)
         if step["from"] == "server":
             if "binary" in step:
                 return _judge_client(self.core.receive_binary(step["binary"], t))
@@ -307,14 +344,34 @@ class _Client:
             return _refused(exc, "ovp")
 
     def _link(self, event: str, t: float) -> Judged:
-        if event != "open":
-            self.core.link_lost(t)
+        if event == "failed":  # the adapter tries again until its resume_by
             return Judged(_DONE)
+        if event != "open" or self.core.linked:
+            # A new link while this one is up: the client saw it drop first (a half-open link,
+            # whose drop a capture the gateway recorded does not show).
+            out = self.core.link_lost(t)
+            self.resume_by = next((o.resume_by for o in out if isinstance(o, Dropped)), None)
+            if event != "open":
+                return Judged(_DONE)
         try:
             self.pending += [o.message for o in self.core.connected(t) if isinstance(o, Sent)]
         except SessionStateError as exc:
             return _refused(exc, "ovp")
+        self.resume_by = None
         return Judged(_DONE)
+
+    def _app(self, step: Step, t: float) -> Judged:
+        """A call of the application, time passing, the client's seq skipping ahead."""
+        core, linked = self.core, self.core.linked
+        if step.get("call") == "hang_up":
+            return _after_client(core.close(), linked)
+        if "wait" in step:  # the adapter's one timer: no reconnect resumed the session in time
+            due = self.resume_by is not None and t >= self.resume_by
+            return _after_client(core.give_up("no reconnect in time") if due else [], linked)
+        if "next_seq" in step:
+            core.skip_seq(step["next_seq"])
+            return Judged(_DONE)
+        raise ValueError(f"the client plays no {_form(step)}")
 
     def _send(self, step: Step, t: float) -> Judged:
         if "binary" in step:
@@ -336,9 +393,26 @@ class _Client:
         else:
             out = self.core.send(type(message), _fields(message), t)
             sent = next((o.message for o in out if isinstance(o, Sent)), None)
-            if sent is None:
-                raise SessionStateError(f"the client's seq is exhausted: no {message.type}")
+            if sent is None:  # its seq would pass the bound: the client closes instead
+                shut = next(o for o in out if isinstance(o, Close))
+                verdict = {"verdict": "close", "close": int(shut.code)}
+                return Judged(verdict, BROKEN_CODE["ovp"], shut.reason)
         return _sent(sent.seq, message.seq)
+
+
+def _after_client(out: list[ClientOutput], linked: bool) -> Judged:
+    """What the client did on a call or a timer: closed its link (when one was up), or ended
+    the session with a code it reports."""
+    shut = next((o for o in out if isinstance(o, Close)), None) if linked else None
+    over = next((o for o in out if isinstance(o, SessionOver) and o.code), None)
+    if over is not None:
+        verdict: Verdict = {"verdict": "error", "code": str(over.code)}
+        if shut is not None:
+            verdict["close"] = int(shut.code)
+        return Judged(verdict, str(over.code), over.detail)
+    if shut is not None:
+        return Judged({"verdict": "close", "close": int(shut.code)})
+    return Judged(_DONE)
 
 
 def _judge_client(out: list[ClientOutput]) -> Judged:
@@ -364,13 +438,19 @@ class _Agent:
     """A Brisvox ``AgentCore`` (one per link) playing the agent's steps and judging the
     server's."""
 
-    def __init__(self, first: Step) -> None:
-        self.core = AgentCore(first["t"])
+    def __init__(self, named: Step | None, opened: float | None) -> None:
+        # The connection is the core: one before a case's first ``open`` makes way for it.
+        self.core = AgentCore(0.0 if opened is None else opened)
 
     def step(self, step: Step) -> Judged:
         t = step["t"]
         if "link" in step:
             return self._link(step["link"], t)
+        if "from" not in step:
+            if "wait" not in step:
+                raise ValueError(f"the agent plays no {_form(step)}")
+            out = self.core.tick(t)
+            return _judge_agent(out) if out else Judged(_DONE)
         if step["from"] == "server":
             if "binary" in step:
                 return _judge_agent(self.core.receive_binary(step["binary"], t))
@@ -385,6 +465,8 @@ class _Agent:
 
     def _link(self, event: str, t: float) -> Judged:
         core = self.core
+        if event == "failed":
+            raise ValueError("the agent opens no connection: none of its attempts fails")
         if event != "open":
             core.closed()
             return Judged(_DONE)
@@ -447,24 +529,33 @@ class _Engine:
     What the core writes by itself (session.start on a connection, events.lost after a
     resumption, the answers to refused messages) waits in ``pending`` until the step for it."""
 
-    def __init__(self, first: Step, settings: LinkSettings | None = None) -> None:
-        start: Any = brisvox.decode(first["text"], "server")
-        if not isinstance(start, brisvox.SessionStart):
-            raise ValueError("a Brisvox engine case starts with the engine's session.start")
-        self.core = EngineCore(
-            session_id=start.session_id,
-            agent=start.agent,
-            now=first["t"],
-            capabilities=start.capabilities,
-            call=None if start.call is UNSET else start.call,
-            settings=settings,
-            versions=tuple(start.versions),
-        )
+    def __init__(
+        self, named: Step | None, opened: float | None, settings: LinkSettings | None = None
+    ) -> None:
+        start: Any = None if named is None else brisvox.decode(named["text"], "server")
+        if named is not None and not isinstance(start, brisvox.SessionStart):
+            raise ValueError("a Brisvox engine case's first message is the engine's session.start")
+        now = 0.0 if opened is None else opened
+        if start is None:  # a case that never connects names no call
+            self.core = EngineCore(
+                session_id=_STAND_IN, agent=_STAND_IN, now=now, settings=settings
+            )
+        else:
+            self.core = EngineCore(
+                session_id=start.session_id,
+                agent=start.agent,
+                now=now,
+                capabilities=start.capabilities,
+                call=None if start.call is UNSET else start.call,
+                settings=settings,
+                versions=tuple(start.versions),
+            )
         self.pending: list[Any] = []
         self.commands: dict[str, CommandReceived] = {}
         """The agent's commands with an id, by id, for their results."""
         self.usage: brisvox.SessionUsage | None = None
-        self._wrote(self.core.connected(first["t"]), first["t"])
+        if opened is not None:
+            self._wrote(self.core.connected(opened), opened)
 
     def _wrote(self, out: list[EngineOutput], t: float) -> list[EngineOutput]:
         frames = [o for o in out if isinstance(o, SendText)]
@@ -478,15 +569,24 @@ class _Engine:
 
     def step(self, step: Step) -> Judged:
         t = step["t"]
+        core = self.core
         if "link" in step:
             try:
                 if step["link"] == "open":
-                    self._wrote(self.core.connected(t), t)
+                    self._wrote(core.connected(t), t)
+                elif step["link"] == "failed":
+                    self._wrote(core.connect_failed(t, "the connection failed"), t)
                 else:
-                    self._wrote(self.core.link_lost(t, f"link {step['link']}"), t)
+                    self._wrote(core.link_lost(t, f"link {step['link']}"), t)
             except RuntimeError as exc:  # no transition: the engine would not reconnect now
                 return _refused(RuntimeError(f"the engine would not reconnect: {exc}"), "brisvox")
             return Judged(_DONE)
+        if step.get("call") == "end_call":
+            return _after_engine(self._wrote(core.end_call(_CALL_ENDED, t, self.usage), t))
+        if "wait" in step:
+            return _after_engine(self._wrote(core.tick(t), t))
+        if "from" not in step:
+            raise ValueError(f"the engine plays no {_form(step)}")
         if step["from"] == "agent":
             if "binary" in step:
                 return _judge_engine(self._wrote(self.core.receive_binary(step["binary"], t), t))
@@ -554,6 +654,27 @@ class _Engine:
         return core.send_event(message, t)
 
 
+_CALL_ENDED: Final = SessionEndReason.CALL_ENDED
+"""The reason of an ``end_call`` step (the engine writes it only where a session.end step of the
+case shows it: elsewhere the call ends with no link to write on)."""
+
+
+def _after_engine(out: list[EngineOutput]) -> Judged:
+    """What the engine did on a call or a timer: closed its link, or nothing on the wire."""
+    shut = [
+        o if isinstance(o, Close) else o.close for o in out if isinstance(o, Close | CloseAfter)
+    ]
+    if shut:
+        return Judged({"verdict": "close", "close": int(shut[0].code)})
+    return Judged(_DONE)
+
+
+def _form(step: Step) -> str:
+    """A step's form, for a side that does not play it."""
+    kind = next((k for k in ("call", "wait", "next_seq") if k in step), None)
+    return f"step {step!r:.80}" if kind is None else f"{kind} {step[kind]!r}"
+
+
 def _judge_engine(out: list[EngineOutput]) -> Judged:
     closes = [o for o in out if isinstance(o, Close)]
     refused = [o.error for o in out if isinstance(o, BadMessage)]
@@ -578,16 +699,20 @@ def _judge_engine(out: list[EngineOutput]) -> Judged:
 
 
 PLAYERS: Final[dict[tuple[str, str], Callable[[Step], Player]]] = {
+    ("ovp", "gateway"): lambda first: _Gateway(first, first["t"]),
+    ("ovp", "client"): lambda first: _Client(first, first["t"]),
+    ("brisvox", "agent"): lambda first: _Agent(first, first["t"]),
+    ("brisvox", "engine"): lambda first: _Engine(first, first["t"], _REPLAY),
+}
+"""A player for each (protocol, side), made from the first step it can start from, on a
+connection open at its time (it raises ``ValueError`` or ``ProtocolError`` for a step it cannot
+start from), as ``voxwire validate`` drives it."""
+
+_CASE_PLAYERS: Final[dict[tuple[str, str], Callable[[Step | None, float | None], Player]]] = {
     ("ovp", "gateway"): _Gateway,
     ("ovp", "client"): _Client,
     ("brisvox", "agent"): _Agent,
-    ("brisvox", "engine"): lambda first: _Engine(first, _REPLAY),
-}
-"""A player for each (protocol, side), made from the first step it can start from (it raises
-``ValueError`` or ``ProtocolError`` for a step it cannot start from), as ``voxwire validate``
-drives it."""
-
-_CASE_PLAYERS: Final[dict[tuple[str, str], Callable[[Step], Player]]] = {
-    **PLAYERS,
     ("brisvox", "engine"): _Engine,  # the document's reconnect bounds
 }
+"""A player made from the message that names the session (``None``: none does) and the time
+its first connection opened (``None``: the case opens it)."""

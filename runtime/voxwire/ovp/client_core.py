@@ -245,6 +245,16 @@ class ClientCore:
             return [Close(CloseCode.NORMAL, "seq exhausted"), self._over(None, str(exc))]
         return [Sent(message), SendText(data)]
 
+    def skip_seq(self, next_seq: int) -> None:
+        """Go on from ``next_seq``: the seqs before it are never sent (a gap the gateway accepts,
+        decision seq-gaps-allowed). Never back, and at most one past :data:`~voxwire.ovp.MAX_SEQ`
+        (the next send then closes); the session cases at the seq bound start there."""
+        if not self._stamper.next_seq <= next_seq <= MAX_SEQ + 1:
+            raise ValueError(
+                f"the next seq must be in {self._stamper.next_seq}..{MAX_SEQ + 1}, not {next_seq}"
+            )
+        self._stamper.next_seq = next_seq
+
     def send_audio(
         self,
         pcm: bytes | bytearray | memoryview,
