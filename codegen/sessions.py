@@ -1,11 +1,16 @@
 """Session-level conformance vectors: sequences of messages both ways, and each step's verdict.
 
 A case (docs/conformance.md, "Sessions") names the side under test and lists steps in time
-order: a message from either side (``{"t", "from", "text"}``, the form of a capture line) or a
-link event (``{"t", "link": "lost" | "closed" | "open"}``). Each step has its verdict: what the
-side under test does with a message it receives (``accepted``, ``ignored``, ``error`` with the
-code and maybe the close, ``close``, ``replay`` with the seqs sent again) or that it sent its own
-(``sent``); ``done`` for a link event.
+order: a message from either side (``{"t", "from", "text"}``, the form of a capture line), a
+link event (``{"t", "link": "lost" | "closed" | "open" | "failed"}``), a call of the side's
+application (``{"t", "call"}``), time passing (``{"t", "wait": true}``) or the side's seq
+skipping ahead (``{"t", "next_seq"}``). Each step has its verdict: what the side under test does
+with a message it receives (``accepted``, ``ignored``, ``error`` with the code and maybe the
+close, ``close``, ``replay`` with the seqs sent again) or that it sent its own (``sent``);
+``done`` for a link event, a call or a wait with nothing on the wire; ``refused`` for a step the
+side would not take. Each case claims the transitions of the side's table it takes, in order
+(``covers``); :func:`build_sessions` refuses a spec whose tables and cases part
+(:mod:`codegen.session_coverage`, which also writes the cases for the rest of each table).
 
 The message bodies are the spec's own examples with the envelope filled in; the timed cases take
 their times from the spec's constants (the resume window at its boundary, the replay buffer's
@@ -27,10 +32,15 @@ from codegen import names
 from codegen.ir import Protocol
 from codegen.loader import Problem, SpecError
 from codegen.render import Output
+from codegen.session_coverage import brisvox_table_cases, check_coverage, ovp_table_cases
+from codegen.session_verdicts import ACCEPTED, DONE, IGNORED, SENT
+from codegen.session_verdicts import error as _error
+from codegen.session_verdicts import replay as _replay
 
 __all__ = ["FORMAT", "build_sessions", "render_sessions", "session_outputs"]
 
-FORMAT: Final = 1
+FORMAT: Final = 2
+"""2: the calls, waits, seq skips, failed connections and each case's ``covers``."""
 _EPOCH: Final = datetime(2026, 5, 14, 15, 0, 0, tzinfo=UTC)
 """The wall-clock time of ``t == 0`` in every OVP case."""
 OVP_SESSION_ID: Final = "ovps_01HZK3M8Q2W7R4T6Y9B1C5D8E0"
@@ -65,8 +75,12 @@ def render_sessions(protocol: Protocol) -> str:
 
 
 def build_sessions(protocol: Protocol) -> list[dict[str, Any]]:
+    """The session cases of ``protocol``; raises :class:`SpecError` when a transition of one of
+    its machines has no case that covers it, or a case claims one the machine does not have."""
     builder = _OVP(protocol) if protocol.id == "ovp" else _Brisvox(protocol)
-    return list(builder.cases())
+    cases = list(builder.cases())
+    check_coverage(protocol, cases)
+    return cases
 
 
 @dataclass
@@ -79,6 +93,7 @@ class _Case:
     source: str
     steps: list[dict[str, Any]] = field(default_factory=list)
     verdicts: list[dict[str, Any]] = field(default_factory=list)
+    covered: list[str] = field(default_factory=list)
 
     def step(self, step: dict[str, Any], verdict: dict[str, Any]) -> _Case:
         self.steps.append(step)
@@ -87,6 +102,25 @@ class _Case:
 
     def link(self, t: float, event: str) -> _Case:
         return self.step({"t": t, "link": event}, {"verdict": "done"})
+
+    def covers(self, *transitions: str) -> _Case:
+        """The transitions of the side's table the case takes, each ``state.input``, in order:
+        the runner proves them (voxwire.conformance), the coverage check counts them and
+        follows them through the table."""
+        self.covered += [f"{self.side} {t}" for t in transitions]
+        return self
+
+    def call(self, t: float, name: str, verdict: dict[str, Any] = DONE) -> _Case:
+        """The side's application calls ``name`` (no message of its own: ``hang_up``...)."""
+        return self.step({"t": t, "call": name}, verdict)
+
+    def wait(self, t: float, verdict: dict[str, Any] = DONE) -> _Case:
+        """Time passes to ``t``: the side fires what is due by then."""
+        return self.step({"t": t, "wait": True}, verdict)
+
+    def next_seq(self, t: float, seq: int) -> _Case:
+        """The side's next own seq is ``seq``, as if it had sent the events before it."""
+        return self.step({"t": t, "next_seq": seq}, DONE)
 
     def done(self) -> dict[str, Any]:
         return {
@@ -97,23 +131,13 @@ class _Case:
             "steps": self.steps,
             "expect": {"steps": self.verdicts},
             "source": self.source,
+            "covers": self.covered,
         }
 
 
-ACCEPTED: Final = {"verdict": "accepted"}
-SENT: Final = {"verdict": "sent"}
-IGNORED: Final = {"verdict": "ignored"}
-
-
-def _error(code: str, close: int | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {"verdict": "error", "code": code}
-    if close is not None:
-        out["close"] = close
-    return out
-
-
-def _replay(seqs: list[int]) -> dict[str, Any]:
-    return {"verdict": "replay", "seqs": seqs}
+def _resumed(verdict: dict[str, Any]) -> str:
+    """The gateway's transition for a resume of a dropped session that got ``verdict``."""
+    return "dropped.resume" if verdict["verdict"] == "replay" else "dropped.fail"
 
 
 class _Builder:
@@ -144,9 +168,25 @@ class _Builder:
             )
         return items[name]
 
+    def case(self, name: str, side: str, source: str) -> _Case:
+        return _Case(self.p, name, side, source)
+
     def cite(self, decision: str) -> str:
         """A case's source: a decision of the spec."""
         return self.need("decisions", self.decisions, decision)
+
+    def cite_table(self, role: str, transition: str) -> str:
+        """A case's source: the decision ``role``'s table gives ``transition`` (``state.input``),
+        else the table itself, with the document's sections it follows."""
+        machine = next((m for m in self.p.machines if m.role == role), None)
+        if machine is None:
+            return self.need("sessions", {}, f"{role} {transition}")
+        found = next(
+            (t for t in machine.transitions if f"{t.source}.{t.input}" == transition), None
+        )
+        if found is not None and found.decision is not None:
+            return self.cite(found.decision)
+        return f"{self.p.spec_file} sessions {role} {transition} ({machine.source})"
 
     def code(self, code: str) -> str:
         return self.need("errors", self.errors, code)
@@ -195,9 +235,6 @@ class _OVP(_Builder):
         body["ts"] = body["ts"].replace("+00:00", "Z")
         return {"t": t, "from": sender, "text": json.dumps(body, ensure_ascii=False)}
 
-    def case(self, name: str, side: str, source: str) -> _Case:
-        return _Case(self.p, name, side, source)
-
     def started(self, name: str, source: str, events: int = 0) -> _Case:
         """A gateway case: the start (seq 0) and ``events`` more server events at t=0.1."""
         assert self.server and self.start and self.server_event
@@ -226,7 +263,7 @@ class _OVP(_Builder):
         case = self.started("handshake", self.cite("first-seq-is-zero"))
         self.input(case, 0, 0.2, ACCEPTED)
         self.input(case, 1, 0.3, ACCEPTED)
-        yield case.done()
+        yield case.covers("new.start").done()
 
         for name, seq in (("equal", 1), ("lower", 0)):
             case = self.started(f"seq-regression-{name}", self.cite("equal-seq-is-regression"))
@@ -234,21 +271,22 @@ class _OVP(_Builder):
             self.input(case, 1, 0.3, ACCEPTED)
             self.input(case, seq, 0.4, _error(regression))
             self.input(case, 2, 0.5, ACCEPTED)  # the regression had no effect
-            yield case.done()
+            yield case.covers("new.start").done()
 
         case = self.started("seq-gap-accepted", self.cite("seq-gaps-allowed"))
         self.input(case, 0, 0.2, ACCEPTED)
         self.input(case, 7, 0.3, ACCEPTED)
-        yield case.done()
+        yield case.covers("new.start").done()
 
         case = self.started("direction-violation", self.cite("unknown-client-types-rejected"))
         wrong = self.code("OVP_EVENT_DIRECTION_VIOLATION")
         self.send(case, self.server_event, 0, 0.2, _error(wrong))
         self.input(case, 1, 0.3, ACCEPTED)
-        yield case.done()
+        yield case.covers("new.start").done()
 
         yield from self.resume_cases()
         yield from self.client_cases()
+        yield from ovp_table_cases(self)
 
     def resume_cases(self) -> Iterator[dict[str, Any]]:
         resume = self.role("resume")
@@ -269,7 +307,7 @@ class _OVP(_Builder):
             self.input(case, 0, 0.2, ACCEPTED)
             case.link(1.0, "lost").link(1.0 + after, "open")
             self.send(case, resume, 1, 1.0 + after, verdict, last_server_seq=1)
-            yield case.done()
+            yield case.covers("new.start", "live.link_lost", _resumed(verdict)).done()
 
         for name, last, verdict in (
             ("replay-from-the-start", 0, _replay([1, 2, 3])),
@@ -280,7 +318,7 @@ class _OVP(_Builder):
             self.input(case, 0, 0.2, ACCEPTED)
             case.link(1.0, "lost").link(2.0, "open")
             self.send(case, resume, 1, 2.0, verdict, last_server_seq=last)
-            yield case.done()
+            yield case.covers("new.start", "live.link_lost", _resumed(verdict)).done()
 
         # The replay buffer keeps events for replay_buffer_max_age_ms: a resume that needs an
         # older one is refused, inside the window though it is.
@@ -293,14 +331,14 @@ class _OVP(_Builder):
             self.input(case, 0, 0.2, ACCEPTED)
             case.link(lost, "lost").link(lost + 0.9, "open")
             self.send(case, resume, 1, lost + 0.9, verdict, last_server_seq=1)
-            yield case.done()
+            yield case.covers("new.start", "live.link_lost", _resumed(verdict)).done()
 
         case = self.started("resume-seq-regression", self.cite("seq-spans-reconnects"), events=1)
         self.input(case, 0, 0.2, ACCEPTED)
         self.input(case, 1, 0.3, ACCEPTED)
         case.link(1.0, "lost").link(2.0, "open")
         self.send(case, resume, 1, 2.0, _error(regression, policy), last_server_seq=1)
-        yield case.done()
+        yield case.covers("new.start", "live.link_lost", "dropped.fail").done()
 
         end = self.role("end")
         if end is not None and self.server is not None:
@@ -312,7 +350,7 @@ class _OVP(_Builder):
             # The session's id is taken: the connection is refused before it says anything.
             case.link(0.6, "closed").step({"t": 1.0, "link": "open"}, _error(expired, policy))
             self.send(case, resume, 1, 1.0, IGNORED, last_server_seq=2)
-            yield case.done()
+            yield case.covers("new.start", "live.end", "ending.end_delivered").done()
 
     def client_cases(self) -> Iterator[dict[str, Any]]:
         assert self.server and self.start and self.server_event
@@ -327,22 +365,22 @@ class _OVP(_Builder):
         server(case, start, 0, 0.0, ACCEPTED)
         self.input(case, 0, 0.1, SENT)
         server(case, event, 1, 0.2, ACCEPTED)
-        yield case.done()
+        yield case.covers("idle.connect", "starting.start").done()
 
         case = self.case("start-not-seq-zero", "client", self.cite("first-seq-is-zero"))
         server(case, start, 1, 0.0, _error(invalid, protocol_error))
-        yield case.done()
+        yield case.covers("idle.connect", "starting.broken").done()
 
         case = self.case("event-before-start", "client", self.cite("first-seq-is-zero"))
         server(case, event, 0, 0.0, _error(invalid, protocol_error))
-        yield case.done()
+        yield case.covers("idle.connect", "starting.broken").done()
 
         case = self.case("duplicate-server-seq", "client", self.cite("equal-seq-is-regression"))
         server(case, start, 0, 0.0, ACCEPTED)
         server(case, event, 1, 0.1, ACCEPTED)
         server(case, event, 1, 0.2, IGNORED)
         server(case, event, 2, 0.3, ACCEPTED)
-        yield case.done()
+        yield case.covers("idle.connect", "starting.start").done()
 
         case = self.case(
             "unknown-server-type", "client", self.cite("unknown-server-types-accepted")
@@ -357,7 +395,7 @@ class _OVP(_Builder):
         case.step(unknown, IGNORED)
         server(case, event, 1, 0.2, IGNORED)  # seq 1 was taken by the unknown event
         server(case, event, 2, 0.3, ACCEPTED)
-        yield case.done()
+        yield case.covers("idle.connect", "starting.start").done()
 
         resume = self.role("resume")
         if resume is None:
@@ -370,7 +408,9 @@ class _OVP(_Builder):
         self.send(case, resume, 1, 2.0, SENT, last_server_seq=1)
         server(case, event, 1, 2.1, IGNORED)  # a replayed duplicate
         server(case, event, 2, 2.1, ACCEPTED)
-        yield case.done()
+        yield case.covers(
+            "idle.connect", "starting.start", "live.link_lost", "dropped.connect"
+        ).done()
 
 
 class _Brisvox(_Builder):
@@ -414,17 +454,17 @@ class _Brisvox(_Builder):
         self.agent(case, accept, 0.01, ACCEPTED)
         self.server(case, event, 2, SENT)
         self.agent(case, command, 0.03, ACCEPTED)
-        yield case.done()
+        yield case.covers("idle.connected", "handshaking.accepted").done()
 
         case = _Case(self.p, "version-not-offered", "engine", self.cite("handshake-budget"))
         self.server(case, start, 1, SENT)
         self.agent(case, accept, 0.01, {"verdict": "close", "close": protocol_error}, version=9)
-        yield case.done()
+        yield case.covers("idle.connected", "handshaking.give_up").done()
 
         case = _Case(self.p, "command-before-accept", "engine", self.cite("handshake-budget"))
         self.server(case, start, 1, SENT)
         self.agent(case, command, 0.01, {"verdict": "close", "close": protocol_error})
-        yield case.done()
+        yield case.covers("idle.connected", "handshaking.give_up").done()
 
         lost = self.role("loss_report")
         if lost is None:
@@ -440,7 +480,13 @@ class _Brisvox(_Builder):
         self.agent(case, accept, 1.51, ACCEPTED, resume=True)
         self.server(case, lost, 4, SENT, 1.51, count=0)
         self.server(case, event, 5, SENT, 1.6)
-        yield case.done()
+        yield case.covers(
+            "idle.connected",
+            "handshaking.accepted",
+            "open.retry",
+            "down.connected",
+            "handshaking.accepted",
+        ).done()
 
         case = _Case(self.p, "resume-without-resume-true", "engine", self.cite("resumed-seq-gap"))
         self.server(case, start, 1, SENT)
@@ -448,7 +494,13 @@ class _Brisvox(_Builder):
         case.link(1.0, "lost").link(1.5, "open")
         self.server(case, start, 2, SENT, 1.5, resume={**resume, "previous_seq": 1})
         self.agent(case, accept, 1.51, {"verdict": "close", "close": protocol_error}, resume=False)
-        yield case.done()
+        yield case.covers(
+            "idle.connected",
+            "handshaking.accepted",
+            "open.retry",
+            "down.connected",
+            "handshaking.give_up",
+        ).done()
 
     def cases(self) -> Iterator[dict[str, Any]]:
         if not (self.start and self.accept and self.server_event and self.agent_event):
@@ -460,11 +512,11 @@ class _Brisvox(_Builder):
         self.server(case, start, 1, ACCEPTED)
         self.agent(case, accept, 0.01, SENT)
         self.server(case, event, 2, ACCEPTED)
-        yield case.done()
+        yield case.covers("awaiting_start.start", "deciding.accept").done()
 
         case = _Case(self.p, "event-before-start", "agent", self.cite("handshake-budget"))
         self.server(case, event, 1, {"verdict": "close", "close": self.close("protocol_error")})
-        yield case.done()
+        yield case.covers("awaiting_start.bad_start").done()
 
         case = _Case(self.p, "no-common-version", "agent", self.cite("versions-may-be-empty"))
         self.server(
@@ -478,14 +530,14 @@ class _Brisvox(_Builder):
             },
             versions=[99],
         )
-        yield case.done()
+        yield case.covers("awaiting_start.no_common_version").done()
 
         case = _Case(self.p, "event-before-the-answer", "agent", self.cite("handshake-budget"))
         self.server(case, start, 1, ACCEPTED)
         self.server(case, event, 2, IGNORED)
         self.agent(case, accept, 0.03, SENT)
         self.server(case, event, 3, ACCEPTED)
-        yield case.done()
+        yield case.covers("awaiting_start.start", "deciding.accept").done()
 
         tool_call = self.role("tool_call")
         if tool_call is not None:
@@ -499,6 +551,7 @@ class _Brisvox(_Builder):
                 self.server(case, event, seq, ACCEPTED)
             self.server(case, tool_call, 6, _error(bad), arguments="x")
             self.server(case, event, 7, ACCEPTED)
-            yield case.done()
+            yield case.covers("awaiting_start.start", "deciding.accept").done()
 
         yield from self.engine_cases()
+        yield from brisvox_table_cases(self)
