@@ -76,7 +76,8 @@ def render_sessions(protocol: Protocol) -> str:
 
 def build_sessions(protocol: Protocol) -> list[dict[str, Any]]:
     """The session cases of ``protocol``; raises :class:`SpecError` when a transition of one of
-    its machines has no case that covers it, or a case claims one the machine does not have."""
+    its machines has no case that covers it, or a case's claims are no walk through its machine
+    (one it does not have, or one that leads elsewhere than the case goes on from)."""
     builder = _OVP(protocol) if protocol.id == "ovp" else _Brisvox(protocol)
     cases = list(builder.cases())
     check_coverage(protocol, cases)
