@@ -289,7 +289,7 @@ def test_a_broken_testee_is_reported_case_by_case(tmp_path: Path) -> None:
     vectors = _write_vectors(tmp_path / "v.jsonl", rows)
     testee = f"{shlex.quote(sys.executable)} {shlex.quote(str(BROKEN_PEER))}"
     done = _runner(
-        "--vectors", str(vectors), "--testee", testee, "--timeout", "2", "--startup-timeout", "20"
+        "--vectors", str(vectors), "--testee", testee, "--timeout", "2", "--startup-timeout", "90"
     )
     out = done.stdout
     assert done.returncode == 1, out + done.stderr
@@ -300,7 +300,7 @@ def test_a_broken_testee_is_reported_case_by_case(tmp_path: Path) -> None:
     assert set(fails) == {
         f"brisvox/decode/peer/{n}"
         for n in ("wrong-code", "wrong-value", "garbage", "out-of-turn", "hang", "crash")
-    }
+    }, out
     assert "another error code" in fails["brisvox/decode/peer/wrong-code"]
     assert "another value" in fails["brisvox/decode/peer/wrong-value"]
     assert "answered garbage" in fails["brisvox/decode/peer/garbage"]
