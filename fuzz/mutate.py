@@ -65,9 +65,18 @@ NUMBER_SPELLINGS: Final = (
     "1e309",
     "-1e309",
     "1e-400",
+    "-1e-400",
     "5e-324",
     "0.1",
     "1.5",
+    "1E+2",
+    "100.50",
+    "0.00001",
+    "0.000001",
+    "2.5e-8",
+    "9007199254740993.0",
+    "12345678901234567890.0",
+    "1.7976931348623157e308",
     "9" * 400,
     "-" + "9" * 30,
     "1." + "0" * 50,
@@ -439,7 +448,7 @@ class MessageMutator:
         to just under the bound: the writing crosses it where the reading did not."""
         if not text.startswith(b"{"):
             return text
-        spelled = self._rng.choice(("1e15", "1e0", "1.5e1"))
+        spelled = self._rng.choice(("1e15", "1e2", "1e0", "1.5e1"))
         count = (self._limit - len(text) - 12 + self._rng.choice((-3, 0, 3))) // (len(spelled) + 1)
         if count <= 0:
             return text

@@ -108,3 +108,42 @@ test("encode crosses each bound as decode does: the limit passes, one more is re
   assert.equal(refused(() => ovp.encode(tooLarge)).code, ovp.ErrorCode.OVP_EVENT_SCHEMA_INVALID);
   assert.match(refused(() => ovp.encode(tooLarge)).detail, /bytes encoded, at most/);
 });
+
+test("numbers are written as the Python binding writes them (spec decision numbers-written-one-way)", () => {
+  // A double read from the text is written as a double, wherever it stands: an unknown event,
+  // tool arguments, an any-typed result; an integer as an integer, however long.
+  const envelope = `"type":"agent.mood","seq":1,"ts":"${TS}","session_id":"${SESSION}"`;
+  const read = `[1e2,1E+2,100.0,-0.0,-0,0e0,1e15,1e16,0.00001,0.000001,2.5e-8,100.50,12345678901234567890.0,9007199254740993,1e-400]`;
+  const written = `[100.0,100.0,100.0,-0.0,0,0.0,1000000000000000.0,1e16,0.00001,1e-6,2.5e-8,100.5,1.2345678901234567e19,9007199254740993,0.0]`;
+  const event = ovp.decode(`{${envelope},"n":${read},"o":{"x":5e0}}`, "server");
+  assert.ok(event instanceof ovp.UnknownMessage);
+  assert.equal(ovp.encode(event), `{${envelope},"n":${written},"o":{"x":5.0}}`);
+  const args = `{"a":1e2,"b":[1.0,2],"c":{"d":-0.0}}`;
+  const call = `"seq":31,"t_ms":13050,"type":"tool.call","id":1,"call_id":"call_7QmX2b9L","name":"book_table","arguments":${args},"kind":"side_effect","epoch":4,"idempotency_key":"9f2c4e1a7b3d5f60","timeout_ms":4000`;
+  const decoded = brisvox.decode(`{${call}}`, "server");
+  assert.ok(!(decoded instanceof brisvox.UnknownMessage) && decoded.type === "tool.call");
+  assert.deepEqual(decoded.arguments, { a: 100, b: [1, 2], c: { d: -0 } }); // plain numbers to read
+  assert.match(brisvox.encode(decoded), /"arguments":\{"a":100\.0,"b":\[1\.0,2\],"c":\{"d":-0\.0\}\}/);
+  const result = brisvox.decode('{"type":"tool.result","id":1,"result":1e2}', "agent");
+  assert.equal(brisvox.encode(result), '{"type":"tool.result","id":1,"result":100.0}');
+  // A number field is a double by its type: 1 is written 1.0, as Python reads it.
+  const partial = `"type":"transcript.partial","seq":3,"ts":"2026-05-14T12:34:58Z","session_id":"${SESSION}","utterance_id":"u","speaker":"caller","text":"x"`;
+  assert.equal(ovp.encode(ovp.decode(`{${partial},"confidence":1}`, "server")), `{${partial},"confidence":1.0}`);
+});
+
+test("a plain number is an integer when it is a safe one, else a double; another value is not a kept double", () => {
+  const numbers = [100, -0, 2 ** 53 - 1, 2 ** 53, 2 ** 60, 0.5, 0.000001, 1e-7, 1.5e300, 123456789.125];
+  assert.equal(
+    brisvox.encode({ type: "tool.result", id: 1, result: numbers }),
+    '{"type":"tool.result","id":1,"result":[100,0,9007199254740991,9007199254740992.0,1.152921504606847e18,0.5,1e-6,1e-7,1.5e300,123456789.125]}',
+  );
+  assert.equal(brisvox.encode({ type: "tool.result", id: 1, result: 12345678901234567n }), '{"type":"tool.result","id":1,"result":12345678901234567}');
+  // The double decode read is written as one while its value stays where decode put it.
+  const event = ovp.decode(`{"type":"agent.mood","seq":1,"ts":"${TS}","session_id":"${SESSION}","n":[1e2,1e2]}`, "server");
+  assert.ok(event instanceof ovp.UnknownMessage);
+  const n = event.data["n"] as number[];
+  n[1] = 7;
+  assert.match(ovp.encode(event), /"n":\[100\.0,7\]/);
+  const copy = new ovp.UnknownMessage("agent.mood", { ...event.data, n: [...n] }); // new arrays hold plain numbers
+  assert.match(ovp.encode(copy), /"n":\[100,7\]/);
+});

@@ -14,12 +14,20 @@ import {
   JsonSyntaxError,
   NumberOverflow,
   type RawObject,
+  doublesOf,
+  isDouble,
+  markDouble,
   parseStrict,
+  writeJson,
 } from "./json.js";
 
 /**
  * A JSON value, as decoding returns it inside free-form fields: an integer beyond 2^53 - 1 is a
- * `bigint`, kept exactly (spec decision `integers-exact`).
+ * `bigint`, kept exactly (spec decision `integers-exact`), and every other number a `number`.
+ * `encode` writes numbers as the Python binding does (spec decision `numbers-written-one-way`):
+ * a safe integer as an integer (`100`), any other `number` as a double (`0.5`, `1e-6`, `1e16`),
+ * and a double that decode read with an integer value (`1e2`, `100.0`) as a double again
+ * (`100.0`) while it stays where decode put it.
  */
 export type JsonValue = null | boolean | number | bigint | string | readonly JsonValue[] | JsonObject;
 export interface JsonObject {
@@ -318,13 +326,7 @@ export class JsonCodec {
   }
 
   private write(value: unknown, type: string): string {
-    let text: string;
-    try {
-      text = JSON.stringify(value);
-    } catch (exc) {
-      if (!(exc instanceof TypeError)) throw exc;
-      text = stringify(value); // an integer no double holds: a bigint, written exactly
-    }
+    const text = writeJson(value);
     const max = this.spec.maxMessageBytes;
     if (text.length * 3 > max) {
       const size = utf8Length(text);
@@ -370,12 +372,13 @@ export class JsonCodec {
     let required = 0;
     const out: Record<string, unknown> = {};
     if (pass.messageType !== null && path === "$" && "type" in source) out["type"] = source["type"];
+    const marks = pass.fromUser ? doublesOf(value) : undefined;
     // Every occurrence of a repeated key is read, in the order of the text, as msgspec reads.
     const pairs = pass.duplicates?.get(value);
     if (pairs === undefined) {
-      for (const key of Object.keys(source)) if (this.readPair(spec, fields, key, source[key], path, pass, out)) required++;
+      for (const key of Object.keys(source)) if (this.readPair(spec, fields, key, source[key], path, pass, out, marks)) required++;
     } else {
-      for (const [key, item] of pairs) this.readPair(spec, fields, key, item, path, pass, out);
+      for (const [key, item] of pairs) this.readPair(spec, fields, key, item, path, pass, out, marks);
       required = spec.fields.filter((field) => field.required && Object.hasOwn(out, field.name)).length;
     }
     if (required < layout.required) {
@@ -388,8 +391,17 @@ export class JsonCodec {
     return out;
   }
 
-  /** Read one pair into `out`; whether it was a required field's. */
-  private readPair(spec: ObjectSpec, fields: Map<string, FieldSpec>, key: string, item: unknown, path: string, pass: Pass, out: Record<string, unknown>): boolean {
+  /** Read one pair into `out` (`marks`: the doubles of its container); whether it was a required field's. */
+  private readPair(
+    spec: ObjectSpec,
+    fields: Map<string, FieldSpec>,
+    key: string,
+    item: unknown,
+    path: string,
+    pass: Pass,
+    out: Record<string, unknown>,
+    marks: ReadonlyMap<string | number, number> | undefined,
+  ): boolean {
     if (path === "$" && key === "type") return false;
     if (item === undefined && pass.fromUser) return false; // an optional property left undefined
     const field = fields.get(key);
@@ -406,7 +418,19 @@ export class JsonCodec {
     if (pass.fromUser && field.hasDefault && jsonEqual(read, field.default)) return field.required;
     if (key === "__proto__") defineValue(out, key, read);
     else out[key] = read;
+    if (field.shape === undefined && this.double(field.kind, marks, key, item, pass)) markDouble(out, key, read);
     return field.required;
+  }
+
+  /**
+   * Whether the value read from `item`, at `key` of a container with these `marks`, is a double
+   * the writer must write as one though its value may be an integer: a number field's (when
+   * encoding: decode returns a `number`, and its field says what it is), or a free-form double
+   * (a `FloatLiteral` from the reader, or one that decode returned, marked in its container).
+   */
+  private double(kind: ValueKind, marks: ReadonlyMap<string | number, number> | undefined, key: string | number, item: unknown, pass: Pass): boolean {
+    if (kind === "number") return pass.fromUser;
+    return kind === "any" && (item instanceof FloatLiteral || isDouble(marks, key, item));
   }
 
   private readField(field: FieldSpec, value: unknown, path: string, pass: Pass): unknown {
@@ -417,16 +441,24 @@ export class JsonCodec {
     if (field.shape === undefined) return this.readValue(field, value, path, pass, true);
     if (field.shape === "array") {
       if (!Array.isArray(value)) throw this.wrongType(field, "array", value, path, pass);
+      const marks = pass.fromUser ? doublesOf(value) : undefined;
       const out = new Array<unknown>(value.length);
-      for (let i = 0; i < value.length; i++) out[i] = this.readValue(field, value[i], `${path}[${i}]`, pass, false);
+      for (let i = 0; i < value.length; i++) {
+        out[i] = this.readValue(field, value[i], `${path}[${i}]`, pass, false);
+        if (this.double(field.kind, marks, i, value[i], pass)) markDouble(out, i, out[i]);
+      }
       this.count(field, value.length, "array", path, pass); // after the items, as msgspec
       return out;
     }
     if (!isObject(value)) throw this.wrongType(field, "object", value, path, pass);
     const keys = Object.keys(value);
+    const marks = pass.fromUser ? doublesOf(value) : undefined;
     const out: Record<string, unknown> = {};
     for (const key of keys) {
-      defineValue(out, key, this.readValue(field, (value as RawObject)[key], join(path, key), pass, false));
+      const item = (value as RawObject)[key];
+      const read = this.readValue(field, item, join(path, key), pass, false);
+      defineValue(out, key, read);
+      if (this.double(field.kind, marks, key, item, pass)) markDouble(out, key, read);
     }
     this.count(field, keys.length, "object", path, pass);
     return out;
@@ -543,7 +575,10 @@ export class JsonCodec {
     }
   }
 
-  /** A free-form JSON value, copied into plain objects; anything JSON cannot carry is refused. */
+  /**
+   * A free-form JSON value, copied into plain objects and arrays, each of which marks the doubles
+   * it holds (`markDouble`); anything JSON cannot carry is refused.
+   */
   private freeForm(value: unknown, path: string, pass: Pass, depth = 0): unknown {
     if (value === null || typeof value === "boolean") return value;
     if (typeof value === "string") {
@@ -558,8 +593,18 @@ export class JsonCodec {
     if (value instanceof FloatLiteral) return value.value;
     if (value instanceof NumberOverflow) throw this.error("malformed", TOO_LARGE_NUMBER, path, pass.messageType);
     if (depth >= this.spec.maxReadDepth) throw this.error("wrong_type", "nested too deeply to write", path, pass.messageType);
-    if (Array.isArray(value)) return value.map((item, i) => this.freeForm(item, `${path}[${i}]`, pass, depth + 1));
+    if (Array.isArray(value)) {
+      const marks = pass.fromUser ? doublesOf(value) : undefined;
+      let doubles: number[] | null = null;
+      const out = value.map((item, i) => {
+        if (item instanceof FloatLiteral || isDouble(marks, i, item)) (doubles ??= []).push(i);
+        return this.freeForm(item, `${path}[${i}]`, pass, depth + 1);
+      });
+      if (doubles !== null) for (const i of doubles as number[]) markDouble(out, i, out[i]);
+      return out;
+    }
     if (isObject(value)) {
+      const marks = pass.fromUser ? doublesOf(value) : undefined;
       const out: Record<string, unknown> = {};
       // A repeated key's earlier values are read too (a number beyond a double is malformed
       // wherever it stands, as msgspec reads every occurrence), and the last one is kept.
@@ -568,7 +613,9 @@ export class JsonCodec {
       for (const key of Object.keys(value)) {
         const item = (value as RawObject)[key];
         if (item === undefined && pass.fromUser) continue;
-        defineValue(out, key, this.freeForm(item, join(path, key), pass, depth + 1));
+        const copy = this.freeForm(item, join(path, key), pass, depth + 1);
+        defineValue(out, key, copy);
+        if (item instanceof FloatLiteral || isDouble(marks, key, item)) markDouble(out, key, copy);
       }
       return out;
     }
@@ -713,21 +760,6 @@ function isObject(value: unknown): value is object {
 function defineValue(out: Record<string, unknown>, key: string, value: unknown): void {
   if (key === "__proto__") Object.defineProperty(out, key, { value, enumerable: true, writable: true, configurable: true });
   else out[key] = value;
-}
-
-/** `JSON.stringify` for a value holding a `bigint`, which it writes exactly, as its digits. */
-function stringify(value: unknown): string {
-  if (typeof value === "bigint") return value.toString();
-  if (Array.isArray(value)) return `[${value.map((item) => (item === undefined ? "null" : stringify(item))).join(",")}]`;
-  if (typeof value === "object" && value !== null) {
-    const parts: string[] = [];
-    for (const key of Object.keys(value)) {
-      const item = (value as RawObject)[key];
-      if (item !== undefined) parts.push(`${JSON.stringify(key)}:${stringify(item)}`);
-    }
-    return `{${parts.join(",")}}`;
-  }
-  return JSON.stringify(value);
 }
 
 function join(path: string, key: string): string {

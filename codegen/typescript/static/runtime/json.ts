@@ -4,6 +4,9 @@
  * spec decision `integers-exact`), repeated keys, lone surrogate escapes, numbers beyond the
  * range of a double, and nesting depth. RFC 8259 exactly: no byte order mark, no comments, no
  * trailing commas, whitespace only from its four characters.
+ *
+ * And the writer: compact JSON with every number spelled as the Python binding spells it (spec
+ * decision `numbers-written-one-way`), which `JSON.stringify` does not (`100.0`, `1e16`, `1e-6`).
  */
 
 /** An integral number written with a fraction or an exponent (`4.0`, `4e0`): not a JSON integer. */
@@ -317,4 +320,130 @@ class Reader {
 
 function isDigit(c: number): boolean {
   return c >= 0x30 && c <= 0x39;
+}
+
+// -- the writer ----------------------------------------------------------------------------------
+
+/**
+ * The doubles whose value is an integer (`1e2`, `100.0`, `-0.0`) in the containers (objects and
+ * arrays) that decode returns and encode copies: a `number` cannot say it was read as a double,
+ * so each container keeps, by key or index, the value its double had. While the container holds
+ * that value there, `writeJson` writes it as a double (`100.0`), as the Python binding does; any
+ * other value put there is written by the rule of `numberText`.
+ */
+const DOUBLES = new WeakMap<object, Map<string | number, number>>();
+
+/**
+ * Mark `value`, at `key` of `container`, as a double: a no-op for anything but a safe integer
+ * (every other number is written as a double anyway).
+ */
+export function markDouble(container: object, key: string | number, value: unknown): void {
+  if (typeof value !== "number" || !Number.isSafeInteger(value)) return;
+  let marks = DOUBLES.get(container);
+  if (marks === undefined) DOUBLES.set(container, (marks = new Map()));
+  marks.set(key, value);
+}
+
+/** The doubles `container` holds, by key or index (`undefined`: none). */
+export function doublesOf(container: object): ReadonlyMap<string | number, number> | undefined {
+  return DOUBLES.get(container);
+}
+
+/** Whether `value`, at `key` of a container with these `marks`, is the double marked there. */
+export function isDouble(marks: ReadonlyMap<string | number, number> | undefined, key: string | number, value: unknown): boolean {
+  return marks !== undefined && typeof value === "number" && Object.is(marks.get(key), value);
+}
+
+/**
+ * A finite number as the Python binding writes it (spec decision `numbers-written-one-way`): a
+ * safe integer that is not `double` as its digits (`-0` as `0`); every other number as a double
+ * (`doubleText`).
+ */
+export function numberText(value: number, double: boolean): string {
+  if (!double && Number.isSafeInteger(value)) return value === 0 ? "0" : String(value);
+  return doubleText(value);
+}
+
+/**
+ * A finite double as the Python binding (msgspec) writes it: the fewest digits that read back as
+ * the same double, the nearest of them to its value (what ECMAScript's `Number::toString` finds
+ * too), laid out as an integer with `.0` below 1e16 (`100.0`, `1000000000000000.0`), as a decimal
+ * from 1e-5 (`0.5`, `0.00001`), else with an exponent, without `+` (`1e16`, `1.5e-7`, `1e-6`);
+ * `-0.0` keeps its sign.
+ */
+export function doubleText(value: number): string {
+  if (value === 0) return Object.is(value, -0) ? "-0.0" : "0.0";
+  const sign = value < 0 ? "-" : "";
+  const shortest = String(Math.abs(value));
+  // The digits, without leading or trailing zeros, and where the point stands among them:
+  // value = 0.<digits> x 10^point.
+  let digits: string;
+  let point: number;
+  const e = shortest.indexOf("e");
+  if (e >= 0) {
+    digits = shortest.slice(0, e).replace(".", "");
+    point = Number(shortest.slice(e + 1)) + 1;
+  } else {
+    const dot = shortest.indexOf(".");
+    const whole = dot < 0 ? shortest : shortest.slice(0, dot);
+    const fraction = dot < 0 ? "" : shortest.slice(dot + 1);
+    if (whole === "0") {
+      const significant = fraction.search(/[1-9]/);
+      digits = fraction.slice(significant);
+      point = -significant;
+    } else {
+      digits = (whole + fraction).replace(/0+$/, "");
+      point = whole.length;
+    }
+  }
+  const length = digits.length;
+  if (length <= point && point <= 16) return `${sign}${digits}${"0".repeat(point - length)}.0`;
+  if (0 < point && point <= 16) return `${sign}${digits.slice(0, point)}.${digits.slice(point)}`;
+  if (-5 < point && point <= 0) return `${sign}0.${"0".repeat(-point)}${digits}`;
+  const mantissa = length === 1 ? digits : `${digits[0]}.${digits.slice(1)}`;
+  return `${sign}${mantissa}e${point - 1}`;
+}
+
+/**
+ * Compact JSON of a value the codec has checked (JSON types only, numbers finite): strings as
+ * `JSON.stringify` writes them, a `bigint` as its digits, every number by `numberText`, a
+ * container's marked doubles as doubles; as `JSON.stringify`, an object's `undefined` properties
+ * are left out and an array's holes written `null`.
+ */
+export function writeJson(value: unknown): string {
+  return write(value, undefined, "");
+}
+
+function write(value: unknown, marks: ReadonlyMap<string | number, number> | undefined, key: string | number): string {
+  switch (typeof value) {
+    case "string":
+      return JSON.stringify(value);
+    case "number":
+      return numberText(value, isDouble(marks, key, value));
+    case "bigint":
+      return value.toString();
+    case "boolean":
+      return value ? "true" : "false";
+    case "object": {
+      if (value === null) return "null";
+      const inner = DOUBLES.get(value);
+      if (Array.isArray(value)) {
+        let out = "[";
+        for (let i = 0; i < value.length; i++) {
+          const item: unknown = value[i];
+          out += (i === 0 ? "" : ",") + (item === undefined ? "null" : write(item, inner, i)); // a hole
+        }
+        return `${out}]`;
+      }
+      let out = "{";
+      for (const name of Object.keys(value)) {
+        const item = (value as RawObject)[name];
+        if (item === undefined) continue;
+        out += `${out.length === 1 ? "" : ","}${JSON.stringify(name)}:${write(item, inner, name)}`;
+      }
+      return `${out}}`;
+    }
+    default:
+      throw new TypeError(`a value of type ${typeof value} is not JSON`);
+  }
 }
