@@ -4,11 +4,16 @@ conformance vector through its testee with no expected failures."""
 from __future__ import annotations
 
 import json
+import math
+import random
 import re
+import struct
 import subprocess
 import sys
 import tarfile
 from pathlib import Path
+
+import msgspec
 
 import voxwire
 from codegen.pipeline import outputs
@@ -45,6 +50,56 @@ def test_the_installed_package_compiles_strict_and_passes_its_node_tests() -> No
     tests = [str(out / "codec.test.js"), str(out / "client.test.js")]
     done = run([node(), "--test", *tests], project.root, timeout=120)
     assert "# fail 0" in done.stdout, done.stdout
+
+
+def _doubles() -> list[float]:
+    """Doubles of every kind: random bit patterns (subnormals included), random decimals of
+    1 to 17 digits at every exponent, each side of every layout's edge, small integers."""
+    rng = random.Random(28)
+    found: list[float] = []
+    while len(found) < 60_000:
+        (value,) = struct.unpack("<d", rng.getrandbits(64).to_bytes(8, "little"))
+        if math.isfinite(value):
+            found.append(value)
+    for _ in range(60_000):
+        digits = rng.randint(1, 17)
+        value = float(f"{rng.randrange(10 ** (digits - 1), 10**digits)}e{rng.randint(-340, 300)}")
+        if math.isfinite(value):
+            found.append(rng.choice((1, -1)) * value)
+    for edge in (1e16, 1e-5, 1e-4, 2.0**53, 5e-324, sys.float_info.max, sys.float_info.min):
+        near = (edge, math.nextafter(edge, 0), math.nextafter(edge, math.inf), -edge)
+        found += [value for value in near if math.isfinite(value)]
+    return [*found, 0.0, -0.0, *map(float, range(-1000, 1001))]
+
+
+def test_every_double_is_spelled_as_the_python_binding_spells_it() -> None:
+    """The TypeScript writer's doubles (spec decision numbers-written-one-way) against msgspec's,
+    character for character; the layout is its own code, the digits are Number::toString's."""
+    doubles = _doubles()
+    json_module = consumer().package / "dist" / "runtime" / "json.js"
+    script = (
+        f"import {{ doubleText }} from {json.dumps(json_module.as_uri())};\n"
+        "const chunks = [];\n"
+        "for await (const chunk of process.stdin) chunks.push(chunk);\n"
+        "const bytes = Buffer.concat(chunks);\n"
+        "const doubles = new Float64Array(bytes.buffer, bytes.byteOffset, bytes.byteLength / 8);\n"
+        "process.stdout.write(Array.from(doubles, doubleText).join('\\n'));\n"
+    )
+    done = subprocess.run(
+        [node(), "--input-type=module", "-e", script],
+        input=struct.pack(f"<{len(doubles)}d", *doubles),
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
+    written = done.stdout.decode().split("\n")
+    assert len(written) == len(doubles)
+    wrong = [
+        (value, python, ours)
+        for value, ours in zip(doubles, written, strict=True)
+        if (python := msgspec.json.encode(value).decode()) != ours
+    ]
+    assert not wrong, wrong[:10]
 
 
 def _conformance(*selection: str) -> str:
