@@ -102,6 +102,48 @@ def test_every_double_is_spelled_as_the_python_binding_spells_it() -> None:
     assert not wrong, wrong[:10]
 
 
+def _strings() -> list[str]:
+    """Every character but a surrogate, alone, and random texts of them and of the characters
+    JSON escapes, with pairs beyond the BMP."""
+    rng = random.Random(28)
+    alone = [
+        chr(c)
+        for c in range(0x110000)
+        if not 0xD800 <= c <= 0xDFFF and (c < 0x10000 or c % 97 == 0)
+    ]
+    pool = [*alone[:0x80], '"', "\\", "\u2028", "é", "€", "\U0001d11e", "\U0001f600"]
+    return [*alone, *("".join(rng.choices(pool, k=rng.randint(0, 40))) for _ in range(20_000))]
+
+
+def test_every_string_is_written_as_the_python_binding_writes_it() -> None:
+    """The TypeScript writer's strings against msgspec's, byte for byte (its own fast path
+    leaves out JSON.stringify where nothing needs escaping)."""
+    strings = _strings()
+    json_module = consumer().package / "dist" / "runtime" / "json.js"
+    script = (
+        f"import {{ writeJson }} from {json.dumps(json_module.as_uri())};\n"
+        "const chunks = [];\n"
+        "for await (const chunk of process.stdin) chunks.push(chunk);\n"
+        "const strings = JSON.parse(Buffer.concat(chunks).toString());\n"
+        "process.stdout.write(strings.map((s) => writeJson([s, { [s]: s }])).join('\\n'));\n"
+    )
+    done = subprocess.run(
+        [node(), "--input-type=module", "-e", script],
+        input=json.dumps(strings).encode(),
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
+    written = done.stdout.decode().split("\n")
+    assert len(written) == len(strings)
+    wrong = [
+        (text, python, ours)
+        for text, ours in zip(strings, written, strict=True)
+        if (python := msgspec.json.encode([text, {text: text}]).decode()) != ours
+    ]
+    assert not wrong, wrong[:10]
+
+
 def _conformance(*selection: str) -> str:
     """Run the selected vectors through the TypeScript testee; its report (exit status 0)."""
     testee = consumer().package / "dist" / "conformance" / "testee.js"

@@ -414,10 +414,18 @@ export function writeJson(value: unknown): string {
   return write(value, undefined, "");
 }
 
+/** What a string holds that `JSON.stringify` escapes (a lone surrogate is found among them). */
+const ESCAPED = /["\\\u0000-\u001f\ud800-\udfff]/;
+
+/** A string as `JSON.stringify` writes it; the common case, nothing to escape, without the call. */
+function quote(text: string): string {
+  return ESCAPED.test(text) ? JSON.stringify(text) : `"${text}"`;
+}
+
 function write(value: unknown, marks: ReadonlyMap<string | number, number> | undefined, key: string | number): string {
   switch (typeof value) {
     case "string":
-      return JSON.stringify(value);
+      return quote(value);
     case "number":
       return numberText(value, isDouble(marks, key, value));
     case "bigint":
@@ -439,7 +447,7 @@ function write(value: unknown, marks: ReadonlyMap<string | number, number> | und
       for (const name of Object.keys(value)) {
         const item = (value as RawObject)[name];
         if (item === undefined) continue;
-        out += `${out.length === 1 ? "" : ","}${JSON.stringify(name)}:${write(item, inner, name)}`;
+        out += `${out.length === 1 ? "" : ","}${quote(name)}:${write(item, inner, name)}`;
       }
       return `${out}}`;
     }
