@@ -69,16 +69,21 @@ def test_the_recorded_captures_are_clean(
 def test_an_ovp_link_open_while_the_link_is_up_is_a_violation(
     recorded: dict[tuple[str, str], list[str]],
 ) -> None:
-    """Was AssertionError: no transition for CONNECT in LIVE (the client core)."""
+    """Was AssertionError: no transition for CONNECT in LIVE (the client core). A link that
+    opens while the last one is up is a half-open link: the client is told its link dropped
+    first (the session cases' decision), so the capture goes on being judged, with no
+    traceback and no violation at that line."""
     lines = recorded[("ovp", "client")]
     found = _violations(_inserted(lines, 4, {"t": 0.5, "link": "open"}))
-    assert found[0] == (5, "OVP_EVENT_SCHEMA_INVALID", "a connection opened while the link is live")
+    assert all(line != 5 for line, _, _ in found), found
 
 
 def test_the_ovp_client_core_refuses_a_second_connection_in_its_words() -> None:
     core = ClientCore("ovps_1", epoch=0.0)
     core.connected(0.0)
-    with pytest.raises(SessionStateError, match="a connection opened while the link is starting"):
+    with pytest.raises(
+        SessionStateError, match="ovp client: 'connect' cannot happen in state 'starting'"
+    ):
         core.connected(1.0)
 
 
