@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from codegen.machines import Machine
+from codegen.statistics import Statistics
 
 __all__ = [
     "JSON_SAFE_INTEGER",
@@ -369,6 +370,8 @@ class Protocol:
     spec_sha256: str
     machines: tuple[Machine, ...] = ()
     """Each role's session state machine (``sessions:``), in the spec's order."""
+    statistics: Statistics | None = None
+    """What the per-session statistics read (``statistics:``), if the spec says."""
 
     def sender(self, sender_id: str) -> Sender:
         return next(s for s in self.senders if s.id == sender_id)

@@ -35,6 +35,7 @@ __all__ = [
     "SEND_HOOK",
     "SENT",
     "SPEC_SHA256",
+    "STATISTICS",
     "UNKNOWN_MESSAGE",
     "attribute",
     "carried_by",
@@ -181,6 +182,10 @@ def state_group(role: str, group: str) -> str:
 def send_method(wire_type: str) -> str:
     """``agent.input`` -> ``send_agent_input``: a role's typed send of one message."""
     return "send_" + "_".join(_WORD.findall(wire_type)).lower()
+
+
+STATISTICS = "STATISTICS"
+"""The table of what a protocol's per-session statistics read (``statistics:`` in the spec)."""
 
 
 SEND_HOOK = "_send"

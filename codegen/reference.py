@@ -27,6 +27,7 @@ from codegen.ir import (
     TypeRef,
 )
 from codegen.pytext import limit_phrases
+from codegen.statistics import Mark, When
 from codegen.templating import Proxy, constant_groups
 
 __all__ = [
@@ -304,9 +305,80 @@ def _reference(p: Protocol) -> str:
         constant_groups=groups_of_constants,
         frames=[_frame_view(p, fr) for fr in p.frames],
         transport=transport,
+        statistics=_statistics_rows(p),
         recoverable=any(e.recoverable is not None for e in p.errors),
         decision_anchor=lambda d: f"{p.id}-decisions.md#{anchor('decision', d)}",
     )
+
+
+def _statistics_rows(p: Protocol) -> list[tuple[str, str]]:
+    """(what, what is read) of each part of ``statistics:``, as Markdown cells."""
+    s = p.statistics
+    if s is None:
+        return []
+
+    def link(wire_type: str) -> str:
+        return f"[`{wire_type}`](#{anchor(wire_type)})"
+
+    def when(w: When | None) -> str:
+        if w is None:
+            return ""
+        if w.present is not None:
+            return f" with `{w.field.wire}` {'present' if w.present else 'absent'}"
+        return f" with `{w.field.wire}` = `{json.dumps(w.equals)}`"
+
+    def marks(found: tuple[Mark, ...]) -> str:
+        return ", ".join(link(m.type) + when(m.when) for m in found)
+
+    rows = []
+    if s.sequence is not None:
+        rows.append(
+            ("sequence", f"`{s.sequence.wire}` of every message from {', '.join(s.sequenced)}")
+        )
+    if s.frames is not None:
+        f = s.frames
+        frame = f"[`{f.frame}`](#{anchor('frame', f.frame)})"
+        duration = f"{f.duration_ms} ms" + (
+            f" (`{f.duration_constant}`)" if f.duration_constant else ""
+        )
+        rows.append(
+            (
+                "audio frames",
+                f"{frame}: counter `{f.sequence}`, clock `{f.clock}`, silence flag "
+                f"`{f.silence}`, {duration} each",
+            )
+        )
+    rows.append(("the user's turn ends", marks(s.turn_end)))
+    rows.append(("the agent's output", marks(s.turn_output)))
+    call = s.tool_call
+    rows.append(
+        ("a tool call starts", f"{link(call.type)}, key `{call.key.wire}`, tool `{call.name.wire}`")
+    )
+    for o in s.tool_outcomes:
+        stated = f", duration `{o.duration_ms.wire}`" if o.duration_ms else ""
+        rows.append(
+            (
+                f"a tool call ends: {o.outcome}",
+                f"{link(o.type)}{when(o.when)}, key `{o.key.wire}`{stated}",
+            )
+        )
+    if s.resume is not None:
+        replayed = s.resume.replayed_before
+        rows.append(
+            (
+                "the session resumes",
+                link(s.resume.type)
+                + when(s.resume.when)
+                + (
+                    f"; replayed: the other side's events made (`{replayed.wire}`) before it"
+                    if replayed
+                    else ""
+                ),
+            )
+        )
+    if s.loss_report is not None:
+        rows.append(("events lost", f"{link(s.loss_report.type)}, `{s.loss_report.count.wire}`"))
+    return rows
 
 
 def _transport_value(value: Any) -> str:

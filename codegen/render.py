@@ -29,6 +29,7 @@ from codegen.pymodel import PyClass, PyModel, build
 from codegen.pyroles import build_roles
 from codegen.pytext import LINE_LENGTH, docstring, docstring_literal, string_literal, wrap
 from codegen.reference import reference_pages
+from codegen.statistics import Statistics, statistics_view
 from codegen.templating import Proxy, constant_groups
 from codegen.vectors import render_vectors
 
@@ -100,6 +101,8 @@ def render(protocol: Protocol) -> list[Output]:
     modules["roles.py"] = _roles(protocol, header)
     if protocol.machines:
         modules["machines.py"] = _machines(protocol, header)
+    if protocol.statistics is not None:
+        modules["statistics.py"] = _statistics(protocol, protocol.statistics, header)
     modules["_api.py"] = _init(protocol, header, modules)
     modules["__init__.pyi"] = _package_stub(header, package.removeprefix("generated/"), "_api")
     outputs = [
@@ -534,6 +537,12 @@ def _machines(p: Protocol, header: str) -> str:
     ]
     return _TEMPLATES.get_template("machines.py.j2").render(
         header=header, p=p, machines=views, exports=_sorted_all(exports)
+    )
+
+
+def _statistics(p: Protocol, s: Statistics, header: str) -> str:
+    return _TEMPLATES.get_template("statistics.py.j2").render(
+        header=header, p=p, s=statistics_view(s), senders=[x.id for x in p.senders]
     )
 
 

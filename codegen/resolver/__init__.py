@@ -11,7 +11,8 @@ phases run in this order, each reading what the earlier ones resolved:
 5. the frames (:mod:`.frames`) and the transport;
 6. the checks across the whole spec (constants that the transport and the protocol repeat, the
    close codes acceptances move to, duplicate decision ids);
-7. each role's session machine (:mod:`codegen.machines`), once the rest resolved.
+7. each role's session machine (:mod:`codegen.machines`), once the rest resolved;
+8. what the statistics read (:mod:`codegen.statistics`), against the resolved messages.
 
 The ledger (:mod:`.ledger`) is what all phases share: the problems and the decisions so far.
 """
@@ -25,6 +26,7 @@ from typing import Any
 from codegen.ir import CloseCode, Constant, Decision, Protocol
 from codegen.loader import RawSpec, SpecError
 from codegen.machines import resolve_machines
+from codegen.statistics import resolve_statistics
 from codegen.resolver.frames import FrameResolver
 from codegen.resolver.items import ItemResolver
 from codegen.resolver.messages import MessageResolver
@@ -38,7 +40,8 @@ def resolve(raw: RawSpec) -> Protocol:
     roles = {s.role for s in protocol.senders}
     decisions = {d.id for d in protocol.decisions}
     machines = resolve_machines(raw, protocol.id, roles, decisions)
-    return dataclasses.replace(protocol, machines=machines)
+    statistics = resolve_statistics(raw, protocol)
+    return dataclasses.replace(protocol, machines=machines, statistics=statistics)
 
 
 class _Resolver(ItemResolver, MessageResolver, FrameResolver):
@@ -66,6 +69,7 @@ class _Resolver(ItemResolver, MessageResolver, FrameResolver):
         transport, transport_decisions = self._transport()
         self._decisions(protocol, ("protocol",), "the protocol")
         self._decisions(data, (), "the protocol")
+        self._decisions(data.get("statistics", {}), ("statistics",), "the statistics")
         max_bytes = self._check_repeated(transport)
         self._check_references(close_codes)
         if self.problems:
