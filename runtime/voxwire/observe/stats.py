@@ -1,0 +1,683 @@
+"""Per-session statistics computed from the protocol: sans-I/O, every time passed in.
+
+One :class:`SessionStats` per session takes what passes on its links, each input with its time
+in seconds (any clock's, the same for all inputs), and gives a frozen :class:`Snapshot` at any
+moment. It reads no clock and touches no socket, so a role can feed it live and a capture can be
+replayed into it (``voxwire report`` does):
+
+```text
+stats = SessionStats.of("ovp")
+stats.on_message("server", message, t, size=len(data))   # a decoded message, its bytes
+stats.on_frame("client", frame, t)                        # a decoded audio frame
+stats.on_unreadable("client", t, size=len(data))          # something that decodes to nothing
+stats.on_link("lost", t)                                  # lost, closed or open
+snapshot = stats.snapshot()
+```
+
+Which messages end the user's turn, answer it, start and end a tool call, resume the session or
+report lost events, and which frame fields count and stamp the audio, is the protocol's spec
+(``statistics:``, read from the generated :class:`~voxwire.observe.marks.Marks`); this module
+knows no protocol by name. docs/observability.md defines every figure. Times are kept in whole
+microseconds, so every duration is exact for inputs given to the microsecond (as captures are);
+the jitter is RFC 3550's, in integers. Memory is bounded however long the session: at most
+:data:`MAX_LISTED` turns, tool calls and resumes are listed (all are counted), and the plot
+series has at most :data:`MAX_POINTS` points (its buckets double in width as the session grows).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import import_module
+from types import MappingProxyType
+from typing import Any, Final
+
+from voxwire.errors import VoxwireError
+from voxwire.observe.marks import Marks
+
+__all__ = [
+    "FIRST_WIDTH_S",
+    "LATENCY_BOUNDS_MS",
+    "MAX_LISTED",
+    "MAX_OPEN_TOOL_CALLS",
+    "MAX_POINTS",
+    "Direction",
+    "Durations",
+    "Point",
+    "Resume",
+    "SessionStats",
+    "Snapshot",
+    "StatsError",
+    "ToolCall",
+    "Turn",
+]
+
+MAX_LISTED: Final = 1000
+"""The most turns, tool calls and resumes a snapshot lists (the first ones); all are counted."""
+MAX_OPEN_TOOL_CALLS: Final = 1024
+"""The most tool calls awaiting their outcome at once; a call past it is counted, never ended."""
+MAX_POINTS: Final = 512
+"""The most points of the plot series: past it, the buckets double in width."""
+FIRST_WIDTH_S: Final = 0.02
+"""The width of the plot series' buckets while the session is short: one 20 ms frame."""
+LATENCY_BOUNDS_MS: Final = (100, 200, 300, 500, 750, 1000, 1500, 2000, 3000, 5000)
+"""The upper bounds (inclusive) of the histogram buckets of turn latencies and tool call
+durations, in milliseconds; one more bucket holds what is over the last."""
+LINK_EVENTS: Final = ("lost", "closed", "open")
+OUTCOMES: Final = ("ok", "error", "cancelled")
+
+_US: Final = 1_000_000
+_FIRST_WIDTH_US: Final = round(FIRST_WIDTH_S * _US)
+
+
+class StatsError(VoxwireError, ValueError):
+    """An input the statistics cannot take: names the input and what is wrong with it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Durations:
+    """How long something took, each time: count, total, extremes and a histogram."""
+
+    count: int
+    total: float
+    """Seconds, all together."""
+    minimum: float | None
+    maximum: float | None
+    histogram: tuple[int, ...]
+    """How many took at most each of :data:`LATENCY_BOUNDS_MS` (and more than the one
+    before); the last one counts those over the last bound."""
+
+    @property
+    def mean(self) -> float | None:
+        return self.total / self.count if self.count else None
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    """One bucket of the plot series of a direction: from ``t`` for ``width`` seconds."""
+
+    t: float
+    width: float
+    messages: int
+    frames: int
+    missing: int
+    """Frames skipped by the frames that arrived in the bucket."""
+    jitter_ms: float | None
+    """The highest jitter after a frame of the bucket."""
+
+
+@dataclass(frozen=True, slots=True)
+class Direction:
+    """What one sender sent, as it passed."""
+
+    sender: str
+    messages: int
+    """Messages read (text frames that decoded)."""
+    message_bytes: int
+    """Bytes of the messages read and of those that did not decode."""
+    unreadable: int
+    """Messages and frames that decoded to nothing."""
+    seq_gaps: int
+    """Jumps of the message sequence number."""
+    seq_missing: int
+    """Numbers the jumps skipped: messages written that were never read."""
+    seq_repeats: int
+    """Messages whose number was not above the last (a replayed duplicate, a refusal outside
+    the stream): counted here, read for nothing else."""
+    frames: int
+    silent_frames: int
+    audio_s: float
+    """Seconds of audio the frames carry."""
+    silence_s: float
+    """Seconds of audio flagged as silence."""
+    frame_gaps: int
+    """Jumps of the frame counter."""
+    frames_missing: int
+    """Frames the jumps skipped."""
+    frames_late: int
+    """Frames at or behind the highest counter already seen (reordered or repeated)."""
+    jitter_ms: float | None
+    """RFC 3550 interarrival jitter after the last frame; None before two frames compare."""
+    jitter_max_ms: float | None
+    series: tuple[Point, ...]
+    """The non-empty buckets of the plot series, in time order."""
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """A user's turn: when it ended, and when the agent's first output answered it."""
+
+    ended_at: float
+    answered_at: float | None
+
+    @property
+    def latency(self) -> float | None:
+        return None if self.answered_at is None else _round(self.answered_at - self.ended_at)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A tool call: its key and tool, when it started and ended, and how."""
+
+    key: str
+    name: str
+    started_at: float
+    ended_at: float | None
+    outcome: str | None
+    """``ok``, ``error`` or ``cancelled``; None while no outcome came."""
+    stated_ms: int | None
+    """The duration the outcome states itself, where the protocol carries one."""
+
+    @property
+    def duration(self) -> float | None:
+        return None if self.ended_at is None else _round(self.ended_at - self.started_at)
+
+
+@dataclass(frozen=True, slots=True)
+class Resume:
+    """A resumed session: when its link was lost (if a loss was seen) and resumed."""
+
+    lost_at: float | None
+    resumed_at: float
+    replayed: int
+    """Events of the other side sent again after the resume (made before it)."""
+    events_lost: int
+    """Events the loss report that came first after the resume says were lost."""
+
+    @property
+    def duration(self) -> float | None:
+        return None if self.lost_at is None else _round(self.resumed_at - self.lost_at)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything :class:`SessionStats` has counted, frozen at one moment."""
+
+    protocol: str
+    started_at: float | None
+    """The time of the first input, None before any."""
+    last_at: float | None
+    """The time of the last input."""
+    directions: tuple[Direction, Direction]
+    """Per sender, in the spec's order."""
+    links: int
+    """Connections: the first, and one more for each link event ``open``."""
+    link_losses: int
+    turns: int
+    turns_answered: int
+    turn_latency: Durations
+    turn_list: tuple[Turn, ...]
+    tool_calls: int
+    tool_outcomes: Mapping[str, int]
+    """Ended tool calls by outcome (``ok``, ``error``, ``cancelled``)."""
+    tool_durations: Durations
+    tool_list: tuple[ToolCall, ...]
+    resumes: int
+    resume_list: tuple[Resume, ...]
+    events_lost: int
+    """Events the loss reports say never reached their receiver, all together."""
+
+    @property
+    def duration(self) -> float:
+        if self.started_at is None or self.last_at is None:
+            return 0.0
+        return _round(self.last_at - self.started_at)
+
+    def direction(self, sender: str) -> Direction:
+        """The figures of ``sender``'s messages and frames."""
+        for found in self.directions:
+            if found.sender == sender:
+                return found
+        raise StatsError(f"no sender {sender!r} in {self.protocol}")
+
+
+def _round(seconds: float) -> float:
+    """A difference of two times, to the microsecond they were kept in."""
+    return round(seconds * _US) / _US
+
+
+class _Durations:
+    def __init__(self) -> None:
+        self.count = 0
+        self.total = 0
+        self.minimum: int | None = None
+        self.maximum: int | None = None
+        self.histogram = [0] * (len(LATENCY_BOUNDS_MS) + 1)
+
+    def add(self, us: int) -> None:
+        self.count += 1
+        self.total += us
+        self.minimum = us if self.minimum is None else min(self.minimum, us)
+        self.maximum = us if self.maximum is None else max(self.maximum, us)
+        bucket = next(
+            (i for i, bound in enumerate(LATENCY_BOUNDS_MS) if us <= bound * 1000),
+            len(LATENCY_BOUNDS_MS),
+        )
+        self.histogram[bucket] += 1
+
+    def frozen(self) -> Durations:
+        return Durations(
+            self.count,
+            self.total / _US,
+            None if self.minimum is None else self.minimum / _US,
+            None if self.maximum is None else self.maximum / _US,
+            tuple(self.histogram),
+        )
+
+
+@dataclass(slots=True)
+class _Cell:
+    """One direction's part of a bucket of the plot series."""
+
+    messages: int = 0
+    frames: int = 0
+    missing: int = 0
+    jitter_ms: float | None = None
+
+    def merge(self, other: _Cell) -> None:
+        self.messages += other.messages
+        self.frames += other.frames
+        self.missing += other.missing
+        self.jitter(other.jitter_ms)
+
+    def jitter(self, ms: float | None) -> None:
+        if ms is not None and (self.jitter_ms is None or ms > self.jitter_ms):
+            self.jitter_ms = ms
+
+
+class _Series:
+    """Buckets of both directions on one time grid; their width doubles to stay bounded."""
+
+    def __init__(self) -> None:
+        self.origin: int | None = None
+        self.width = _FIRST_WIDTH_US
+        self.buckets: dict[int, tuple[_Cell, _Cell]] = {}
+
+    def cell(self, side: int, us: int) -> _Cell:
+        if self.origin is None:
+            self.origin = us
+        index = max(0, us - self.origin) // self.width
+        while index >= MAX_POINTS:
+            self._coarsen()
+            index //= 2
+        row = self.buckets.get(index)
+        if row is None:
+            row = self.buckets[index] = (_Cell(), _Cell())
+        return row[side]
+
+    def _coarsen(self) -> None:
+        merged: dict[int, tuple[_Cell, _Cell]] = {}
+        for index in sorted(self.buckets):
+            row = self.buckets[index]
+            into = merged.setdefault(index // 2, row)
+            if into is not row:
+                into[0].merge(row[0])
+                into[1].merge(row[1])
+        self.buckets = merged
+        self.width *= 2
+
+    def points(self, side: int) -> tuple[Point, ...]:
+        origin = self.origin or 0
+        out = []
+        for index in sorted(self.buckets):
+            c = self.buckets[index][side]
+            if c.messages or c.frames:
+                t = (origin + index * self.width) / _US
+                out.append(Point(t, self.width / _US, c.messages, c.frames, c.missing, c.jitter_ms))
+        return tuple(out)
+
+
+@dataclass(slots=True)
+class _Side:
+    """What one sender sent so far."""
+
+    index: int
+    messages: int = 0
+    message_bytes: int = 0
+    unreadable: int = 0
+    seq: int | None = None
+    seq_gaps: int = 0
+    seq_missing: int = 0
+    seq_repeats: int = 0
+    frames: int = 0
+    silent_frames: int = 0
+    frame_seq: int | None = None
+    frame_gaps: int = 0
+    frames_missing: int = 0
+    frames_late: int = 0
+    units: int | None = None
+    """Media clock units per frame, learnt from the first two consecutive frames."""
+    previous: tuple[int, int, int] | None = None
+    """(arrival us, clock, counter) of the last frame of this link."""
+    jitter16: int = 0
+    """RFC 3550's J scaled by 16, in units of microseconds times ``units``."""
+    jitter16_max: int = 0
+    jittered: bool = False
+
+
+@dataclass(slots=True)
+class _Turn:
+    ended_at: int
+    answered_at: int | None = None
+
+
+@dataclass(slots=True)
+class _Resume:
+    lost_at: int | None
+    resumed_at: int
+    replayed: int = 0
+    events_lost: int = 0
+
+
+@dataclass(slots=True)
+class _Call:
+    key: Any
+    name: str
+    started_at: int
+    ended_at: int | None = None
+    outcome: str | None = None
+    stated_ms: int | None = None
+
+
+@dataclass(slots=True)
+class _State:
+    first: int | None = None
+    last: int | None = None
+    links: int = 1
+    link_losses: int = 0
+    lost_at: int | None = None
+    turns: list[_Turn] = field(default_factory=list)
+    turn_count: int = 0
+    answered: int = 0
+    pending: _Turn | None = None
+    """The last user's turn while no output answered it."""
+    calls: list[_Call] = field(default_factory=list)
+    call_count: int = 0
+    open_calls: dict[Any, _Call] = field(default_factory=dict)
+    outcomes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
+    resumes: list[_Resume] = field(default_factory=list)
+    resume_count: int = 0
+    resume: _Resume | None = None
+    """The last resume, while its loss report may still come."""
+    heard: set[str] = field(default_factory=set)
+    """The senders heard from since the last resume (its own message aside)."""
+    replaying: tuple[str, Any] | None = None
+    """(the resume's sender, its stamp) while the other side's replayed events may come."""
+    events_lost: int = 0
+
+
+class SessionStats:
+    """The statistics of one session, fed its messages, frames and link events in order."""
+
+    def __init__(self, marks: Marks) -> None:
+        self._marks = marks
+        self._sides = {sender: _Side(i) for i, sender in enumerate(marks.senders)}
+        self._series = _Series()
+        self._state = _State()
+        self._latency = _Durations()
+        self._durations = _Durations()
+
+    @classmethod
+    def of(cls, protocol: str) -> SessionStats:
+        """The statistics of a session of ``protocol`` (``brisvox``, ``ovp``)."""
+        try:
+            module = import_module(f"voxwire.{protocol}.statistics")
+        except ModuleNotFoundError:
+            raise StatsError(f"no statistics for protocol {protocol!r}") from None
+        marks: Marks = module.STATISTICS
+        return cls(marks)
+
+    # -- inputs -----------------------------------------------------------------------------
+
+    def on_message(self, sender: str, message: Any, t: float, *, size: int) -> None:
+        """``sender``'s ``message`` (decoded), ``size`` bytes on the wire, passed at ``t``."""
+        side, us = self._side(sender), self._time(t)
+        side.messages += 1
+        side.message_bytes += size
+        self._series.cell(side.index, us).messages += 1
+        marks, state = self._marks, self._state
+        if state.replaying is not None and sender != state.replaying[0]:
+            self._replayed(message)
+        if marks.sequence is not None and sender in marks.sequenced:
+            seq = getattr(message, marks.sequence)
+            last, side.seq = side.seq, seq if side.seq is None else max(side.seq, seq)
+            if last is not None and seq <= last:
+                side.seq_repeats += 1
+                return
+            if last is not None and seq > last + 1:
+                side.seq_gaps += 1
+                side.seq_missing += seq - last - 1
+        self._read(sender, message, us)
+
+    def on_frame(self, sender: str, frame: Any, t: float) -> None:
+        """``sender``'s audio ``frame`` (decoded), passed at ``t``."""
+        side, us = self._side(sender), self._time(t)
+        marks = self._marks.frames
+        if marks is None:
+            raise StatsError(f"{self._marks.protocol} carries no audio frames")
+        side.frames += 1
+        if getattr(frame, marks.flags) & marks.silence_mask:
+            side.silent_frames += 1
+        seq, clock = getattr(frame, marks.sequence), getattr(frame, marks.clock)
+        cell = self._series.cell(side.index, us)
+        cell.frames += 1
+        if side.frame_seq is not None:
+            ahead = (seq - side.frame_seq) % marks.sequence_modulus
+            if ahead == 0 or ahead >= marks.sequence_modulus // 2:
+                side.frames_late += 1
+            else:
+                side.frame_seq = seq
+                if ahead > 1:
+                    side.frame_gaps += 1
+                    side.frames_missing += ahead - 1
+                    cell.missing += ahead - 1
+        else:
+            side.frame_seq = seq
+        if side.previous is not None:
+            self._jitter(side, us, clock, seq, cell)
+        side.previous = (us, clock, seq)
+
+    def on_unreadable(self, sender: str, t: float, *, size: int) -> None:
+        """``sender`` sent ``size`` bytes at ``t`` that decode to no message or frame."""
+        side = self._side(sender)
+        self._time(t)
+        side.unreadable += 1
+        side.message_bytes += size
+
+    def on_link(self, event: str, t: float) -> None:
+        """The session's link was ``lost`` or ``closed``, or a new one is ``open``, at ``t``."""
+        if event not in LINK_EVENTS:
+            raise StatsError(f"a link event is one of {LINK_EVENTS}, not {event!r}")
+        us, state = self._time(t), self._state
+        for side in self._sides.values():
+            side.previous = None  # no jitter across links: the outage is no network's
+        if event == "open":
+            state.links += 1
+            return
+        state.link_losses += event == "lost"
+        state.lost_at = us
+        state.pending = None  # a turn cut by the loss is not answered
+        state.replaying = None
+
+    # -- the snapshot -----------------------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        """Everything counted so far, frozen."""
+        state, marks = self._state, self._marks
+        frames_ms = marks.frames.duration_ms if marks.frames is not None else 0
+        directions = tuple(self._direction(s, side, frames_ms) for s, side in self._sides.items())
+        return Snapshot(
+            protocol=marks.protocol,
+            started_at=None if state.first is None else state.first / _US,
+            last_at=None if state.last is None else state.last / _US,
+            directions=(directions[0], directions[1]),
+            links=state.links,
+            link_losses=state.link_losses,
+            turns=state.turn_count,
+            turns_answered=state.answered,
+            turn_latency=self._latency.frozen(),
+            turn_list=tuple(
+                Turn(x.ended_at / _US, None if x.answered_at is None else x.answered_at / _US)
+                for x in state.turns
+            ),
+            tool_calls=state.call_count,
+            tool_outcomes=MappingProxyType(dict(state.outcomes)),
+            tool_durations=self._durations.frozen(),
+            tool_list=tuple(
+                ToolCall(
+                    str(c.key),
+                    c.name,
+                    c.started_at / _US,
+                    None if c.ended_at is None else c.ended_at / _US,
+                    c.outcome,
+                    c.stated_ms,
+                )
+                for c in state.calls
+            ),
+            resumes=state.resume_count,
+            resume_list=tuple(
+                Resume(
+                    None if r.lost_at is None else r.lost_at / _US,
+                    r.resumed_at / _US,
+                    r.replayed,
+                    r.events_lost,
+                )
+                for r in state.resumes
+            ),
+            events_lost=state.events_lost,
+        )
+
+    # -- the rest ---------------------------------------------------------------------------
+
+    def _side(self, sender: str) -> _Side:
+        side = self._sides.get(sender)
+        if side is None:
+            raise StatsError(f"sender must be one of {self._marks.senders}, not {sender!r}")
+        return side
+
+    def _time(self, t: float) -> int:
+        if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t):
+            raise StatsError(f"a time is a finite number of seconds, not {t!r}")
+        us = round(t * _US)
+        state = self._state
+        if state.first is None:
+            state.first = us
+        state.last = us if state.last is None else max(state.last, us)
+        return us
+
+    def _jitter(self, side: _Side, us: int, clock: int, seq: int, cell: _Cell) -> None:
+        """RFC 3550 (6.4.1, A.8): J += (|D| - J) / 16 with D = (Rj - Ri) - (Sj - Si), in
+        integers: J kept times 16, D in microseconds times the media clock units per frame."""
+        marks = self._marks.frames
+        assert marks is not None and side.previous is not None
+        before, before_clock, before_seq = side.previous
+        half = marks.clock_modulus // 2
+        if side.units is None and (seq - before_seq) % marks.sequence_modulus == 1:
+            step = (clock - before_clock) % marks.clock_modulus
+            side.units = step if 0 < step < half else None
+        if side.units is None:
+            return
+        clock_step = (clock - before_clock + half) % marks.clock_modulus - half
+        d = (us - before) * side.units - clock_step * marks.duration_ms * 1000
+        side.jitter16 += abs(d) - ((side.jitter16 + 8) >> 4)
+        side.jitter16_max = max(side.jitter16_max, side.jitter16)
+        side.jittered = True
+        cell.jitter(side.jitter16 / (16_000 * side.units))
+
+    def _direction(self, sender: str, side: _Side, frame_ms: int) -> Direction:
+        scale = 16_000 * (side.units or 1)
+        return Direction(
+            sender=sender,
+            messages=side.messages,
+            message_bytes=side.message_bytes,
+            unreadable=side.unreadable,
+            seq_gaps=side.seq_gaps,
+            seq_missing=side.seq_missing,
+            seq_repeats=side.seq_repeats,
+            frames=side.frames,
+            silent_frames=side.silent_frames,
+            audio_s=side.frames * frame_ms / 1000,
+            silence_s=side.silent_frames * frame_ms / 1000,
+            frame_gaps=side.frame_gaps,
+            frames_missing=side.frames_missing,
+            frames_late=side.frames_late,
+            jitter_ms=side.jitter16 / scale if side.jittered else None,
+            jitter_max_ms=side.jitter16_max / scale if side.jittered else None,
+            series=self._series.points(side.index),
+        )
+
+    def _read(self, sender: str, message: Any, us: int) -> None:
+        """What a message in its place (no repeat) means for turns, tools, resumes and loss."""
+        marks, state = self._marks, self._state
+        if state.resume is not None and sender not in state.heard:
+            state.heard.add(sender)
+            if marks.loss_report is not None and message.type == marks.loss_report.type:
+                state.resume.events_lost += getattr(message, marks.loss_report.count)
+        if any(mark.matches(message) for mark in marks.turn_end):
+            self._turn_ended(us)
+        elif state.pending is not None and any(m.matches(message) for m in marks.turn_output):
+            self._latency.add(us - state.pending.ended_at)
+            state.answered += 1
+            state.pending.answered_at = us
+            state.pending = None
+        if message.type == marks.tool_call.type:
+            self._call(message, us)
+        else:
+            self._outcome(message, us)
+        if marks.resume is not None and marks.resume.matches(message):
+            self._resumed(sender, message, us)
+        elif marks.loss_report is not None and message.type == marks.loss_report.type:
+            state.events_lost += getattr(message, marks.loss_report.count)
+
+    def _turn_ended(self, us: int) -> None:
+        state = self._state
+        state.turn_count += 1
+        state.pending = _Turn(us)
+        if len(state.turns) < MAX_LISTED:
+            state.turns.append(state.pending)
+
+    def _call(self, message: Any, us: int) -> None:
+        marks, state = self._marks.tool_call, self._state
+        state.call_count += 1
+        if len(state.open_calls) >= MAX_OPEN_TOOL_CALLS:
+            return
+        call = _Call(getattr(message, marks.key), str(getattr(message, marks.name)), us)
+        state.open_calls[call.key] = call
+        if len(state.calls) < MAX_LISTED:
+            state.calls.append(call)
+
+    def _outcome(self, message: Any, us: int) -> None:
+        state = self._state
+        for mark in self._marks.tool_outcomes:
+            if mark.matches(message):
+                call = state.open_calls.pop(getattr(message, mark.key), None)
+                if call is None:
+                    return  # late, or for a call never seen: the protocol ignores it too
+                call.ended_at, call.outcome = us, mark.outcome
+                if mark.duration_ms is not None:
+                    call.stated_ms = getattr(message, mark.duration_ms)
+                state.outcomes[mark.outcome] += 1
+                self._durations.add(us - call.started_at)
+                return
+
+    def _resumed(self, sender: str, message: Any, us: int) -> None:
+        state, mark = self._state, self._marks.resume
+        assert mark is not None
+        state.resume_count += 1
+        resume = _Resume(state.lost_at, us)
+        state.lost_at = None
+        if len(state.resumes) < MAX_LISTED:
+            state.resumes.append(resume)
+        state.resume, state.heard = resume, set()
+        if mark.replayed_before is not None:
+            state.replaying = (sender, getattr(message, mark.replayed_before))
+
+    def _replayed(self, message: Any) -> None:
+        state, mark = self._state, self._marks.resume
+        assert state.replaying is not None and state.resume is not None and mark is not None
+        assert mark.replayed_before is not None
+        if getattr(message, mark.replayed_before) < state.replaying[1]:
+            state.resume.replayed += 1
+        else:
+            state.replaying = None  # the first event made after the resume: the replay is over
