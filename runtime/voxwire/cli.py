@@ -1,8 +1,10 @@
-"""The ``voxwire`` command: a demo call on both protocols, capture validation, schema export.
+"""The ``voxwire`` command: a demo call on both protocols, capture validation and reports,
+schema export.
 
 ```text
 voxwire demo [--protocol brisvox|ovp|both] [--record DIR] [--no-color]
 voxwire validate FILE|- [--protocol brisvox|ovp]
+voxwire report CAPTURE [-o call.html] [--protocol brisvox|ovp]
 voxwire schema --protocol ovp [--message transcript.final]
 voxwire version                 (or voxwire --version)
 ```
@@ -29,6 +31,8 @@ from voxwire.capture import CaptureError
 from voxwire.demo import DemoFailed, run
 from voxwire.demo.timeline import Style
 from voxwire.errors import VoxwireError
+from voxwire.report import read_call
+from voxwire.report.page import render_page
 from voxwire.schema import json_schema
 from voxwire.validate import Note, Tally, check_capture
 
@@ -116,6 +120,35 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         f"{_count(tally.violations, 'violation')}"
     )
     return 0 if tally.violations == 0 else 1
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    capture: Path = args.capture
+    output: Path = args.output if args.output is not None else capture.with_suffix(".html")
+    name = _printable(str(capture))
+    if output.resolve() == capture.resolve():
+        raise CommandError(f"{name}: the report would overwrite the capture; name another -o")
+    try:
+        call = read_call(capture, protocol=args.protocol)
+        page = render_page(call)
+    except CaptureError as exc:
+        raise CommandError(f"{name}:{exc.line}: {_printable(exc.problem)}") from None
+    except (BrokenPipeError, KeyboardInterrupt):
+        raise
+    except OSError as exc:
+        raise CommandError(f"{name}: {exc.strerror or exc}") from None
+    except Exception as exc:  # voxwire's own failure: said in one line, with where
+        where = f"{type(exc).__name__} at {_raised_at(exc)}: {_printable(str(exc))[:200]}"
+        raise CommandError(f"{name}: voxwire failed ({where}); {BUG_REPORT}") from None
+    try:
+        output.write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise CommandError(f"{_printable(str(output))}: {exc.strerror or exc}") from None
+    print(
+        f"{_printable(str(output))}: the report of {name} ({_count(call.messages, 'message')}, "
+        f"{_count(call.frames, 'frame')}, {_count(call.violations, 'violation')})"
+    )
+    return 0
 
 
 def _printable(text: str) -> str:
@@ -251,6 +284,29 @@ def _parser() -> argparse.ArgumentParser:
         help="judge the capture by this protocol's rules (default: the one its header names)",
     )
     validate.set_defaults(run=_cmd_validate)
+    report = commands.add_parser(
+        "report",
+        help="write a call's report: one self-contained HTML page of a capture",
+        description="Write one HTML page of a recorded session (a capture): a timeline of both "
+        "directions, the latency and jitter plots, the statistics (docs/observability.md) and "
+        "every verdict of voxwire validate. The page needs no network. Exit status 0 once it is "
+        "written (whatever the verdicts), 2 for a file that is no capture (or a failure of "
+        "voxwire's own).",
+    )
+    report.add_argument("capture", metavar="CAPTURE", type=Path, help="the capture (.jsonl)")
+    report.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        type=Path,
+        help="where to write the page (default: CAPTURE with the suffix .html)",
+    )
+    report.add_argument(
+        "--protocol",
+        choices=PROTOCOLS,
+        help="read the capture by this protocol's rules (default: the one its header names)",
+    )
+    report.set_defaults(run=_cmd_report)
     schema = commands.add_parser("schema", help="print the JSON Schema of a protocol or message")
     schema.add_argument(
         "--protocol", required=True, choices=PROTOCOLS, help="whose schema to print"

@@ -1,9 +1,10 @@
 """Per-session statistics computed from the protocol: sans-I/O, every time passed in.
 
 One :class:`SessionStats` per session takes what passes on its links, each input with its time
-in seconds (any clock's, the same for all inputs), and gives a frozen :class:`Snapshot` at any
-moment. It reads no clock and touches no socket, so a role can feed it live and a capture can be
-replayed into it (``voxwire report`` does):
+in seconds (any clock's, the same for all inputs), and gives a frozen
+:class:`~voxwire.observe.snapshot.Snapshot` at any moment. It reads no clock and touches no
+socket, so a role can feed it live and a capture can be replayed into it (``voxwire report``
+does):
 
 ```text
 stats = SessionStats.of("ovp")
@@ -27,7 +28,6 @@ series has at most :data:`MAX_POINTS` points (its buckets double in width as the
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import import_module
 from types import MappingProxyType
@@ -35,22 +35,24 @@ from typing import Any, Final
 
 from voxwire.errors import VoxwireError
 from voxwire.observe.marks import Marks
+from voxwire.observe.snapshot import (
+    LATENCY_BOUNDS_MS,
+    Direction,
+    Durations,
+    Point,
+    Resume,
+    Snapshot,
+    ToolCall,
+    Turn,
+)
 
 __all__ = [
     "FIRST_WIDTH_S",
-    "LATENCY_BOUNDS_MS",
     "MAX_LISTED",
     "MAX_OPEN_TOOL_CALLS",
     "MAX_POINTS",
-    "Direction",
-    "Durations",
-    "Point",
-    "Resume",
     "SessionStats",
-    "Snapshot",
     "StatsError",
-    "ToolCall",
-    "Turn",
 ]
 
 MAX_LISTED: Final = 1000
@@ -61,9 +63,6 @@ MAX_POINTS: Final = 512
 """The most points of the plot series: past it, the buckets double in width."""
 FIRST_WIDTH_S: Final = 0.02
 """The width of the plot series' buckets while the session is short: one 20 ms frame."""
-LATENCY_BOUNDS_MS: Final = (100, 200, 300, 500, 750, 1000, 1500, 2000, 3000, 5000)
-"""The upper bounds (inclusive) of the histogram buckets of turn latencies and tool call
-durations, in milliseconds; one more bucket holds what is over the last."""
 LINK_EVENTS: Final = ("lost", "closed", "open")
 OUTCOMES: Final = ("ok", "error", "cancelled")
 
@@ -73,168 +72,6 @@ _FIRST_WIDTH_US: Final = round(FIRST_WIDTH_S * _US)
 
 class StatsError(VoxwireError, ValueError):
     """An input the statistics cannot take: names the input and what is wrong with it."""
-
-
-@dataclass(frozen=True, slots=True)
-class Durations:
-    """How long something took, each time: count, total, extremes and a histogram."""
-
-    count: int
-    total: float
-    """Seconds, all together."""
-    minimum: float | None
-    maximum: float | None
-    histogram: tuple[int, ...]
-    """How many took at most each of :data:`LATENCY_BOUNDS_MS` (and more than the one
-    before); the last one counts those over the last bound."""
-
-    @property
-    def mean(self) -> float | None:
-        return self.total / self.count if self.count else None
-
-
-@dataclass(frozen=True, slots=True)
-class Point:
-    """One bucket of the plot series of a direction: from ``t`` for ``width`` seconds."""
-
-    t: float
-    width: float
-    messages: int
-    frames: int
-    missing: int
-    """Frames skipped by the frames that arrived in the bucket."""
-    jitter_ms: float | None
-    """The highest jitter after a frame of the bucket."""
-
-
-@dataclass(frozen=True, slots=True)
-class Direction:
-    """What one sender sent, as it passed."""
-
-    sender: str
-    messages: int
-    """Messages read (text frames that decoded)."""
-    message_bytes: int
-    """Bytes of the messages read and of those that did not decode."""
-    unreadable: int
-    """Messages and frames that decoded to nothing."""
-    seq_gaps: int
-    """Jumps of the message sequence number."""
-    seq_missing: int
-    """Numbers the jumps skipped: messages written that were never read."""
-    seq_repeats: int
-    """Messages whose number was not above the last (a replayed duplicate, a refusal outside
-    the stream): counted here, read for nothing else."""
-    frames: int
-    silent_frames: int
-    audio_s: float
-    """Seconds of audio the frames carry."""
-    silence_s: float
-    """Seconds of audio flagged as silence."""
-    frame_gaps: int
-    """Jumps of the frame counter."""
-    frames_missing: int
-    """Frames the jumps skipped."""
-    frames_late: int
-    """Frames at or behind the highest counter already seen (reordered or repeated)."""
-    jitter_ms: float | None
-    """RFC 3550 interarrival jitter after the last frame; None before two frames compare."""
-    jitter_max_ms: float | None
-    series: tuple[Point, ...]
-    """The non-empty buckets of the plot series, in time order."""
-
-
-@dataclass(frozen=True, slots=True)
-class Turn:
-    """A user's turn: when it ended, and when the agent's first output answered it."""
-
-    ended_at: float
-    answered_at: float | None
-
-    @property
-    def latency(self) -> float | None:
-        return None if self.answered_at is None else _round(self.answered_at - self.ended_at)
-
-
-@dataclass(frozen=True, slots=True)
-class ToolCall:
-    """A tool call: its key and tool, when it started and ended, and how."""
-
-    key: str
-    name: str
-    started_at: float
-    ended_at: float | None
-    outcome: str | None
-    """``ok``, ``error`` or ``cancelled``; None while no outcome came."""
-    stated_ms: int | None
-    """The duration the outcome states itself, where the protocol carries one."""
-
-    @property
-    def duration(self) -> float | None:
-        return None if self.ended_at is None else _round(self.ended_at - self.started_at)
-
-
-@dataclass(frozen=True, slots=True)
-class Resume:
-    """A resumed session: when its link was lost (if a loss was seen) and resumed."""
-
-    lost_at: float | None
-    resumed_at: float
-    replayed: int
-    """Events of the other side sent again after the resume (made before it)."""
-    events_lost: int
-    """Events the loss report that came first after the resume says were lost."""
-
-    @property
-    def duration(self) -> float | None:
-        return None if self.lost_at is None else _round(self.resumed_at - self.lost_at)
-
-
-@dataclass(frozen=True, slots=True)
-class Snapshot:
-    """Everything :class:`SessionStats` has counted, frozen at one moment."""
-
-    protocol: str
-    started_at: float | None
-    """The time of the first input, None before any."""
-    last_at: float | None
-    """The time of the last input."""
-    directions: tuple[Direction, Direction]
-    """Per sender, in the spec's order."""
-    links: int
-    """Connections: the first, and one more for each link event ``open``."""
-    link_losses: int
-    turns: int
-    turns_answered: int
-    turn_latency: Durations
-    turn_list: tuple[Turn, ...]
-    tool_calls: int
-    tool_outcomes: Mapping[str, int]
-    """Ended tool calls by outcome (``ok``, ``error``, ``cancelled``)."""
-    tool_durations: Durations
-    tool_list: tuple[ToolCall, ...]
-    resumes: int
-    resume_list: tuple[Resume, ...]
-    events_lost: int
-    """Events the loss reports say never reached their receiver, all together."""
-
-    @property
-    def duration(self) -> float:
-        if self.started_at is None or self.last_at is None:
-            return 0.0
-        return _round(self.last_at - self.started_at)
-
-    def direction(self, sender: str) -> Direction:
-        """The figures of ``sender``'s messages and frames."""
-        for found in self.directions:
-            if found.sender == sender:
-                return found
-        raise StatsError(f"no sender {sender!r} in {self.protocol}")
-
-
-def _round(seconds: float) -> float:
-    """A difference of two times, to the microsecond they were kept in."""
-    return round(seconds * _US) / _US
 
 
 class _Durations:
@@ -404,6 +241,7 @@ class _State:
     """The senders heard from since the last resume (its own message aside)."""
     replaying: tuple[str, Any] | None = None
     """(the resume's sender, its stamp) while the other side's replayed events may come."""
+    events_replayed: int = 0
     events_lost: int = 0
 
 
@@ -506,12 +344,12 @@ class SessionStats:
         """Everything counted so far, frozen."""
         state, marks = self._state, self._marks
         frames_ms = marks.frames.duration_ms if marks.frames is not None else 0
-        directions = tuple(self._direction(s, side, frames_ms) for s, side in self._sides.items())
+        directions = {s: self._direction(s, side, frames_ms) for s, side in self._sides.items()}
         return Snapshot(
             protocol=marks.protocol,
             started_at=None if state.first is None else state.first / _US,
             last_at=None if state.last is None else state.last / _US,
-            directions=(directions[0], directions[1]),
+            directions=MappingProxyType(directions),
             links=state.links,
             link_losses=state.link_losses,
             turns=state.turn_count,
@@ -545,6 +383,7 @@ class SessionStats:
                 )
                 for r in state.resumes
             ),
+            events_replayed=state.events_replayed,
             events_lost=state.events_lost,
         )
 
@@ -679,5 +518,6 @@ class SessionStats:
         assert mark.replayed_before is not None
         if getattr(message, mark.replayed_before) < state.replaying[1]:
             state.resume.replayed += 1
+            state.events_replayed += 1
         else:
             state.replaying = None  # the first event made after the resume: the replay is over
