@@ -6,6 +6,7 @@ file, the line (found from the text, never hard-coded) and the YAML path.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -156,3 +157,18 @@ def test_a_broken_statistics_section_is_refused_at_its_line(
     found, edited = _problems(tmp_path, protocol, old, new)
     line = _line(edited, marker)
     assert [p for p in found if p.startswith(f"spec/{protocol}.yaml:{line}: {expected}")], found
+
+
+def test_the_guide_names_the_messages_the_tables_read_and_no_other(
+    protocols: dict[str, Protocol],
+) -> None:
+    guide = (ROOT / "docs" / "observability.md").read_text(encoding="utf-8")
+    read = set()
+    for marks in (BRISVOX, OVP):
+        read |= {m.type for m in (*marks.turn_end, *marks.turn_output, *marks.tool_outcomes)}
+        read |= {marks.tool_call.type}
+        read |= {m.type for m in (marks.resume, marks.loss_report) if m is not None}
+    types = {m.type for p in protocols.values() for m in p.messages}
+    named = set(re.findall(r"`([a-z_]+(?:\.[a-z_]+)+|say|end)`", guide)) & types
+    assert read - named == set(), "read, not in docs/observability.md"
+    assert named - read == set(), "named in docs/observability.md, not read"
