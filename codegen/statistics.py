@@ -24,7 +24,7 @@ from codegen import names
 from codegen.loader import PathT, Problem, RawSpec, SpecError
 
 if TYPE_CHECKING:
-    from codegen.ir import Field, Message, Protocol
+    from codegen.ir import Field, Frame, Message, Protocol
 
 __all__ = [
     "OUTCOMES",
@@ -365,15 +365,6 @@ class _Checker:
         if frame is None:
             self.fail(("frames", "frame"), f"no frame {data['frame']!r} in this spec")
         header = frame.header if frame is not None else ()
-
-        def counter(key: str) -> int:
-            found = next((f for f in header if f.name == data[key]), None)
-            if frame is not None and (found is None or found.enum or found.const is not None):
-                self.fail(
-                    ("frames", key), f"{data[key]!r} is no counting header field of {frame.name}"
-                )
-            return 2 ** (8 * found.size) if found is not None else 0
-
         flags = {name: bit for f in header for bit, name, _ in f.flags}
         holder = next(
             (f.name for f in header for _, name, _ in f.flags if name == data["silence"]), ""
@@ -383,27 +374,42 @@ class _Checker:
                 ("frames", "silence"),
                 f"{data['silence']!r} is no flag of {frame.name} (its flags: {', '.join(flags)})",
             )
-        duration = data["duration_ms"]
-        constant = None
-        if isinstance(duration, str):
-            named = next((c for c in self.protocol.constants if c.name == duration), None)
-            if named is None or not isinstance(named.value, int):
-                self.fail(("frames", "duration_ms"), f"no integer constant {duration!r}")
-            constant, duration = duration, named.value if named is not None else 0
-        elif not isinstance(duration, int) or duration <= 0:
-            self.fail(("frames", "duration_ms"), f"{duration!r} is no positive integer")
+        duration, constant = self._duration(data["duration_ms"])
         return FrameMarks(
             frame=data["frame"],
             sequence=names.attribute(data["sequence"]),
-            sequence_modulus=counter("sequence"),
+            sequence_modulus=self._counter(frame, data, "sequence"),
             clock=names.attribute(data["clock"]),
-            clock_modulus=counter("clock"),
+            clock_modulus=self._counter(frame, data, "clock"),
             flags=names.attribute(holder),
             silence=data["silence"],
             silence_mask=1 << flags.get(data["silence"], 0),
-            duration_ms=int(duration),
+            duration_ms=duration,
             duration_constant=constant,
         )
+
+    def _counter(self, frame: Frame | None, data: dict[str, Any], key: str) -> int:
+        """The modulus of the header field ``data[key]`` names, which must count (no enum, no
+        constant)."""
+        if frame is None:
+            return 0  # the frame is reported
+        found = next((f for f in frame.header if f.name == data[key]), None)
+        if found is None or found.enum or found.const is not None:
+            self.fail(("frames", key), f"{data[key]!r} is no counting header field of {frame.name}")
+            return 0
+        return int(2 ** (8 * found.size))
+
+    def _duration(self, duration: int | str) -> tuple[int, str | None]:
+        """A frame's milliseconds, and the constant that holds them, if one does."""
+        if isinstance(duration, int):
+            if duration <= 0:
+                self.fail(("frames", "duration_ms"), f"{duration!r} is no positive integer")
+            return duration, None
+        named = next((c for c in self.protocol.constants if c.name == duration), None)
+        if named is None or not isinstance(named.value, int):
+            self.fail(("frames", "duration_ms"), f"no integer constant {duration!r}")
+            return 0, duration
+        return named.value, duration
 
 
 def _name(field: Field | None, wire: str) -> FieldName:

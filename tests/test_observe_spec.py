@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from codegen.ir import Protocol, resolve
+from codegen.ir import Protocol
 from codegen.loader import SpecError, load
+from codegen.resolver import resolve
 from tests.conftest import ROOT
 from voxwire.brisvox.statistics import STATISTICS as BRISVOX
 from voxwire.observe.marks import Mark, When

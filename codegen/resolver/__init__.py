@@ -26,10 +26,10 @@ from typing import Any
 from codegen.ir import CloseCode, Constant, Decision, Protocol
 from codegen.loader import RawSpec, SpecError
 from codegen.machines import resolve_machines
-from codegen.statistics import resolve_statistics
 from codegen.resolver.frames import FrameResolver
 from codegen.resolver.items import ItemResolver
 from codegen.resolver.messages import MessageResolver
+from codegen.statistics import resolve_statistics
 
 __all__ = ["resolve"]
 
