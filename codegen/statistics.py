@@ -160,8 +160,20 @@ def statistics_view(s: Statistics) -> dict[str, Any]:
         return "None" if f is None else repr(f.attribute)
 
     frames = s.frames
+    conditions = [m.when for m in (*s.turn_end, *s.turn_output)] + [o.when for o in s.tool_outcomes]
+    used = {
+        "FrameMarks": frames is not None,
+        "LossMark": s.loss_report is not None,
+        "Mark": True,
+        "Marks": True,
+        "OutcomeMark": True,
+        "ResumeMark": s.resume is not None,
+        "ToolCallMark": True,
+        "When": any(conditions) or (s.resume is not None and s.resume.when is not None),
+    }
     return {
         "name": names.STATISTICS,
+        "imports": [name for name, needed in used.items() if needed],
         "summary": s.summary,
         "sequence": attribute(s.sequence),
         "sequenced": "frozenset({" + ", ".join(map(repr, sorted(s.sequenced))) + "})"

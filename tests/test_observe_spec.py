@@ -164,11 +164,13 @@ def test_the_guide_names_the_messages_the_tables_read_and_no_other(
     protocols: dict[str, Protocol],
 ) -> None:
     guide = (ROOT / "docs" / "observability.md").read_text(encoding="utf-8")
-    read = set()
+    read: set[str] = set()
     for marks in (BRISVOX, OVP):
-        read |= {m.type for m in (*marks.turn_end, *marks.turn_output, *marks.tool_outcomes)}
-        read |= {marks.tool_call.type}
-        read |= {m.type for m in (marks.resume, marks.loss_report) if m is not None}
+        read |= {m.type for m in (*marks.turn_end, *marks.turn_output)}
+        read |= {o.type for o in marks.tool_outcomes}
+        read.add(marks.tool_call.type)
+        read |= {marks.resume.type} if marks.resume is not None else set()
+        read |= {marks.loss_report.type} if marks.loss_report is not None else set()
     types = {m.type for p in protocols.values() for m in p.messages}
     named = set(re.findall(r"`([a-z_]+(?:\.[a-z_]+)+|say|end)`", guide)) & types
     assert read - named == set(), "read, not in docs/observability.md"

@@ -429,3 +429,16 @@ def _check_drawn(call: report.Call, got: dict[str, Any]) -> None:
     audio = any(d.frames for d in s.directions.values())
     assert (got["jitter"] >= 1) is audio
     assert got["gaps"] == sum(bool(p.missing) for d in s.directions.values() for p in d.series)
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+def test_a_row_shows_a_message_up_to_its_bound_and_cuts_a_longer_one(
+    protocols: dict[str, Protocol], tmp_path: Path, extra: int
+) -> None:
+    s = Script(protocols)
+    s.message(0.0, "server", "session.start", 0, 0.0)
+    text = "x" * (report.SUMMARY_CHARS + extra)  # no message: the row shows its text all the same
+    s.lines.append(json.dumps({"t": 0.1, "from": "server", "text": text}))
+    row = read_call(s.write(tmp_path / "long-text.jsonl")).rows[1]
+    expected = text if not extra else text[: report.SUMMARY_CHARS - 1] + "…"
+    assert (row.type, row.text, len(row.text)) == ("unreadable", expected, report.SUMMARY_CHARS)

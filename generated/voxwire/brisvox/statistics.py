@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import Final
 
 from voxwire.observe.marks import (
-    FrameMarks,
     LossMark,
     Mark,
     Marks,

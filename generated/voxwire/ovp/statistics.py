@@ -15,7 +15,6 @@ from typing import Final
 
 from voxwire.observe.marks import (
     FrameMarks,
-    LossMark,
     Mark,
     Marks,
     OutcomeMark,
