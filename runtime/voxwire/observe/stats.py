@@ -27,7 +27,6 @@ series has at most :data:`MAX_POINTS` points (its buckets double in width as the
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from importlib import import_module
 from types import MappingProxyType
@@ -255,6 +254,13 @@ class SessionStats:
         self._state = _State()
         self._latency = _Durations()
         self._durations = _Durations()
+        self._read_types = frozenset(
+            [m.type for m in (*marks.turn_end, *marks.turn_output)]
+            + [o.type for o in marks.tool_outcomes]
+            + [marks.tool_call.type]
+            + [m.type for m in (marks.resume, marks.loss_report) if m is not None]
+        )
+        """The message types the marks name: any other type means nothing more."""
 
     @classmethod
     def of(cls, protocol: str) -> SessionStats:
@@ -278,14 +284,14 @@ class SessionStats:
         if state.replaying is not None and sender != state.replaying[0]:
             self._replayed(message)
         if marks.sequence is not None and sender in marks.sequenced:
-            seq = getattr(message, marks.sequence)
-            last, side.seq = side.seq, seq if side.seq is None else max(side.seq, seq)
+            seq, last = getattr(message, marks.sequence), side.seq
             if last is not None and seq <= last:
                 side.seq_repeats += 1
                 return
             if last is not None and seq > last + 1:
                 side.seq_gaps += 1
                 side.seq_missing += seq - last - 1
+            side.seq = seq
         self._read(sender, message, us)
 
     def on_frame(self, sender: str, frame: Any, t: float) -> None:
@@ -396,13 +402,15 @@ class SessionStats:
         return side
 
     def _time(self, t: float) -> int:
-        if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t):
-            raise StatsError(f"a time is a finite number of seconds, not {t!r}")
-        us = round(t * _US)
+        try:
+            us = round(t * _US)  # NaN, infinities and what is no number raise
+        except (TypeError, ValueError, OverflowError):
+            raise StatsError(f"a time is a finite number of seconds, not {t!r}") from None
         state = self._state
-        if state.first is None:
-            state.first = us
-        state.last = us if state.last is None else max(state.last, us)
+        if state.last is None:
+            state.first = state.last = us
+        elif us > state.last:
+            state.last = us
         return us
 
     def _jitter(self, side: _Side, us: int, clock: int, seq: int, cell: _Cell) -> None:
@@ -453,6 +461,8 @@ class SessionStats:
             state.heard.add(sender)
             if marks.loss_report is not None and message.type == marks.loss_report.type:
                 state.resume.events_lost += getattr(message, marks.loss_report.count)
+        if message.type not in self._read_types:
+            return
         if any(mark.matches(message) for mark in marks.turn_end):
             self._turn_ended(us)
         elif state.pending is not None and any(m.matches(message) for m in marks.turn_output):
