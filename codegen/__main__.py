@@ -1,16 +1,18 @@
-"""``python -m codegen generate | check | validate | breaking``: the spec to the package and its
-docs, and what a spec change breaks."""
+"""``python -m codegen generate | check | validate | breaking | npm-package``: the spec to the
+package and its docs, what a spec change breaks, and the npm package's folder."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from codegen.breaking import report
 from codegen.loader import SpecError
 from codegen.pipeline import check, generate, load_protocols
 from codegen.render import RenderError
+from codegen.typescript.package import AssemblyError, assemble
 
 __all__ = ["main"]
 
@@ -38,8 +40,17 @@ def main(argv: list[str] | None = None) -> int:
         help="the older specs: a git ref (v0.1.0, main~3), a spec file or a folder of them",
     )
     breaking.add_argument("--format", choices=("text", "json"), default="text")
+    npm = commands.add_parser(
+        "npm-package",
+        help="assemble the npm package (generated/typescript and runtime/typescript) into a "
+        "folder for `npm pack`",
+    )
+    npm.add_argument("target", nargs="?", default="build/typescript", type=Path, metavar="DIR")
     args = parser.parse_args(argv)
     try:
+        if args.command == "npm-package":
+            print(f"assembled the npm package in {assemble(args.target.resolve())}")
+            return 0
         if args.command == "breaking":
             found = report(args.against)
             if args.format == "json":
@@ -69,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     except RenderError as exc:
         print(f"codegen bug: {exc}", file=sys.stderr)
         return 3
+    except AssemblyError as exc:
+        print(f"npm-package: {exc}", file=sys.stderr)
+        return 2
     for drift in drifts:
         print(f"{drift.kind}: {drift.path}")
         if drift.diff:

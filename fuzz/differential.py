@@ -29,6 +29,7 @@ from importlib import import_module
 from pathlib import Path
 from typing import IO, Any
 
+from codegen.typescript.package import assemble
 from fuzz.mutate import FrameMutator, MessageMutator
 from fuzz.seeds import ROOT, load_seeds
 from fuzz.targets import Target
@@ -50,7 +51,6 @@ Answer = dict[str, Any]
 refusal also carries the error's text as ``detail``, shown but not compared."""
 
 DRIVER = Path(__file__).with_name("driver.mjs")
-PACKAGE = ROOT / "generated" / "typescript"
 TOOLS = ROOT / ".cache" / "node-tools" / "node_modules"
 BATCH = 200
 BATCH_SECONDS = 300.0
@@ -255,9 +255,7 @@ def compiled_package() -> Iterator[Path]:
             "(pytest tests/test_typescript.py), which install it from npm"
         )
     with tempfile.TemporaryDirectory(prefix="voxwire-fuzz-ts-") as scratch:
-        work = Path(scratch) / "package"
-        ignore = shutil.ignore_patterns("node_modules", "dist", "*.tgz", "package-lock.json")
-        shutil.copytree(PACKAGE, work, ignore=ignore)
+        work = assemble(Path(scratch) / "package", ROOT)
         os.symlink(TOOLS, work / "node_modules")
         subprocess.run([str(tsc), "-p", "tsconfig.json"], cwd=work, check=True, timeout=600)
         yield work / "dist"

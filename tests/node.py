@@ -3,9 +3,9 @@
 Everything the TypeScript side needs comes from npm, installed by the tests themselves into the
 gitignored ``.cache/node-tools`` (pinned versions, once per machine, under a file lock so parallel
 test processes do not race): the compiler, Node's types, ``ws``, Ajv and the package linters
-``attw`` and ``publint``. ``packed()`` builds the package in ``generated/typescript`` as a user
-would get it (``npm pack``, which compiles it) and ``consumer()`` installs that tarball into a
-fresh project, with a ``tsconfig.json`` in strict mode (``strict``,
+``attw`` and ``publint``. ``packed()`` builds the package as a user would get it: assembled from
+``generated/typescript`` and ``runtime/typescript`` (``python -m codegen npm-package``), then
+``npm pack``, which compiles it; ``consumer()`` installs that tarball into a fresh project, with a ``tsconfig.json`` in strict mode (``strict``,
 ``exactOptionalPropertyTypes``, ``noUncheckedIndexedAccess``).
 """
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from codegen.typescript import ROOT_DIR, TYPES_NODE_VERSION, TYPESCRIPT_VERSION
+from codegen.typescript import TYPES_NODE_VERSION, TYPESCRIPT_VERSION, assemble
 from tests.conftest import ROOT
 
 __all__ = [
@@ -113,13 +113,10 @@ def tool(name: str) -> str:
 
 @functools.cache
 def packed() -> Path:
-    """The tarball ``npm pack`` makes of the generated package (it compiles it first)."""
+    """The tarball ``npm pack`` makes of the assembled package (it compiles it first)."""
     work = Path(tempfile.mkdtemp(prefix="voxwire-ts-pack-"))
     atexit.register(shutil.rmtree, work, ignore_errors=True)
-    package = work / "package"
-    # The sources only: a local `npm install` or `npm pack` in the checkout leaves its outputs.
-    outputs = shutil.ignore_patterns("node_modules", "dist", "*.tgz", "package-lock.json")
-    shutil.copytree(ROOT / ROOT_DIR, package, ignore=outputs)
+    package = assemble(work / "package", ROOT)
     (package / "node_modules").symlink_to(tools())
     done = run(["npm", "pack", "--json", "--pack-destination", str(work)], package)
     listing = json.loads(done.stdout)

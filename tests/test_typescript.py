@@ -1,5 +1,6 @@
-"""The TypeScript binding: generated, packed with npm, compiled strict, tested, and held to every
-conformance vector through its testee with no expected failures."""
+"""The TypeScript binding: generated, assembled with its hand-written half, packed with npm,
+compiled strict, tested, and held to every conformance vector through its testee with no expected
+failures."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import math
 import random
 import re
+import shutil
 import struct
 import subprocess
 import sys
@@ -14,12 +16,14 @@ import tarfile
 from pathlib import Path
 
 import msgspec
+import pytest
 
 import voxwire
 from codegen.pipeline import outputs
-from codegen.typescript import PACKAGE_VERSION, ROOT_DIR
+from codegen.typescript import PACKAGE_VERSION, ROOT_DIR, RUNTIME_DIR, assemble
+from codegen.typescript.package import AssemblyError
 from tests.conftest import ROOT
-from tests.node import consumer, node, packed, run, tools
+from tests.node import consumer, node, packed, run, tool, tools
 
 TESTS = ROOT / "tests" / "typescript"
 
@@ -33,15 +37,53 @@ def test_every_typescript_module_says_what_it_was_generated_from() -> None:
         assert any("Do not edit" in line for line in lines[:3]), o.path
 
 
+def test_nothing_generated_is_a_copy_of_a_hand_written_file() -> None:
+    hand_written = {p.read_bytes() for p in (ROOT / RUNTIME_DIR).rglob("*.ts")}
+    hand_written.add((ROOT / "LICENSE").read_bytes())
+    assert len(hand_written) >= 7
+    copies = [o.path for o in outputs() if o.text.encode() in hand_written]
+    assert copies == []
+    assert not list((ROOT / ROOT_DIR).rglob("client.ts")), "the client is source, not generated"
+
+
 def test_the_package_has_no_runtime_dependencies_and_packs_its_build() -> None:
     manifest = json.loads((ROOT / ROOT_DIR / "package.json").read_text())
     assert "dependencies" not in manifest and manifest["type"] == "module"
     assert manifest["version"] == PACKAGE_VERSION == voxwire.__version__
     with tarfile.open(packed()) as tar:
         names = set(tar.getnames())
+        client = tar.extractfile("package/src/ovp/client.ts")
+        assert client is not None
+        assert client.read() == (ROOT / RUNTIME_DIR / "ovp" / "client.ts").read_bytes()
     for entry in ("index", "ovp/index", "brisvox/index", "ovp/client", "conformance/testee"):
         assert f"package/dist/{entry}.js" in names, entry
         assert f"package/dist/{entry}.d.ts" in names, entry
+    runtime = {
+        f"package/src/{p.relative_to(ROOT / RUNTIME_DIR).as_posix()}"
+        for p in (ROOT / RUNTIME_DIR).rglob("*.ts")
+    }
+    generated = {
+        f"package/{p.relative_to(ROOT / ROOT_DIR).as_posix()}"
+        for p in (ROOT / ROOT_DIR / "src").rglob("*.ts")
+    }
+    assert runtime | generated | {"package/LICENSE"} <= names
+
+
+def test_the_hand_written_half_type_checks_in_place() -> None:
+    """runtime/typescript/tsconfig.json (for editors) joins both halves as the package does."""
+    tools()
+    run([tool("tsc"), "-p", f"{RUNTIME_DIR}/tsconfig.json"], ROOT, timeout=300)
+
+
+def test_the_assembly_refuses_a_hand_written_module_at_a_generated_path(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    for name in (ROOT_DIR, RUNTIME_DIR):
+        shutil.copytree(ROOT / name, root / name, ignore=shutil.ignore_patterns("node_modules"))
+    shutil.copy(ROOT / "LICENSE", root / "LICENSE")
+    assert (assemble(tmp_path / "ok", root) / "src" / "ovp" / "client.ts").is_file()
+    (root / RUNTIME_DIR / "ovp" / "codec.ts").write_text("export {};\n")
+    with pytest.raises(AssemblyError, match=r"runtime/typescript/ovp/codec\.ts and generated/"):
+        assemble(tmp_path / "clash", root)
 
 
 def test_the_installed_package_compiles_strict_and_passes_its_node_tests() -> None:

@@ -1,8 +1,16 @@
-"""The npm package's own files: ``package.json``, ``tsconfig.json``, the README and the LICENSE.
+"""The npm package's own files (``package.json``, ``tsconfig.json``, the README) and its assembly.
 
 Every fact about the project (its license, authors, keywords and addresses) is read from the
-``[project]`` table of ``pyproject.toml`` and the LICENSE is the repository's, copied whole, so
-the wheel, the sdist and the npm tarball say the same thing from one source.
+``[project]`` table of ``pyproject.toml``, and the tarball's LICENSE is the repository's, added
+whole when the package is assembled, so the wheel, the sdist and the npm tarball say the same
+thing from one source.
+
+The package is one folder made from two, as the Python package is (docs/architecture.md, "One
+package from two folders"): ``generated/typescript`` holds what the generator writes (the
+protocols' modules, ``src/index.ts`` and the metadata), ``runtime/typescript`` the hand-written
+source (the codec, the step function, the OVP client, the testee), laid out as under ``src/``.
+:func:`assemble` copies both, and the LICENSE, into the folder that ``npm pack`` builds;
+neither folder holds a copy of the other's files.
 
 The exports resolve under every TypeScript ``moduleResolution``: ``types`` then ``default`` per
 subpath for ``node16``/``nodenext`` and ``bundler``, and ``typesVersions`` naming each subpath's
@@ -13,6 +21,7 @@ it with ``require()`` through Node's require(esm), which is why ``engines`` asks
 from __future__ import annotations
 
 import json
+import shutil
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -28,13 +37,23 @@ __all__ = [
     "NODE_ENGINES",
     "PACKAGE_VERSION",
     "ROOT_DIR",
+    "RUNTIME_DIR",
     "TYPESCRIPT_VERSION",
     "TYPES_NODE_VERSION",
+    "AssemblyError",
+    "assemble",
     "package_files",
 ]
 
 ROOT_DIR = "generated/typescript"
-"""Where the package is written, relative to the repository root; every file in it is generated."""
+"""Where the package's generated half is written, relative to the repository root; every file in
+it is generated."""
+RUNTIME_DIR = "runtime/typescript"
+"""The package's hand-written half, relative to the repository root: source laid out as under
+``src/`` (``runtime/typescript/ovp/client.ts`` is the package's ``src/ovp/client.ts``)."""
+_LEFT_OUT = ("node_modules", "dist", "*.tgz", "package-lock.json")
+"""What the assembly leaves out of either half: the outputs of a local ``npm install``, ``tsc``
+or ``npm pack``. Of the runtime's files it takes the TypeScript sources only."""
 PACKAGE_VERSION = "0.1.0"
 """The npm package's version: the Python package's (tests/test_typescript.py holds them equal)."""
 TYPESCRIPT_VERSION = "5.9.3"
@@ -67,8 +86,49 @@ def package_files(
             license=project["license"],
             homepage=project["urls"]["Homepage"],
         ),
-        "LICENSE": (root / "LICENSE").read_text(encoding="utf-8"),
     }
+
+
+class AssemblyError(Exception):
+    """The two halves of the package do not fit together (a file in both)."""
+
+
+def assemble(target: Path, root: Path = ROOT) -> Path:
+    """Write the npm package into ``target``: ``generated/typescript``, then the hand-written
+    sources of ``runtime/typescript`` under ``src/``, then the repository's LICENSE; returns
+    ``target``. What ``target`` held is replaced, but its ``node_modules``. Raises
+    :class:`AssemblyError` when a file of the runtime is also generated (neither may hide the
+    other)."""
+    generated, runtime = root / ROOT_DIR, root / RUNTIME_DIR
+    if not (generated / "package.json").is_file():
+        raise AssemblyError(f"{ROOT_DIR} holds no package.json: run `python -m codegen generate`")
+    target.mkdir(parents=True, exist_ok=True)
+    for old in target.iterdir():
+        if old.name == "node_modules":
+            continue
+        if old.is_dir() and not old.is_symlink():
+            shutil.rmtree(old)
+        else:
+            old.unlink()
+    left_out = shutil.ignore_patterns(*_LEFT_OUT)
+    shutil.copytree(generated, target, ignore=left_out, dirs_exist_ok=True)
+    sources = sorted(
+        p
+        for p in runtime.rglob("*.ts")
+        if p.is_file() and not set(p.relative_to(runtime).parts) & {"node_modules", "dist"}
+    )
+    for source in sources:
+        rel = source.relative_to(runtime)
+        destination = target / "src" / rel
+        if destination.exists():
+            raise AssemblyError(
+                f"{RUNTIME_DIR}/{rel.as_posix()} and {ROOT_DIR}/src/{rel.as_posix()} are one file"
+                " of the package: a hand-written module may not have a generated one's path"
+            )
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, destination)
+    shutil.copyfile(root / "LICENSE", target / "LICENSE")
+    return target
 
 
 def _json(value: Any) -> str:
