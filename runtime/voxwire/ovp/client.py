@@ -34,7 +34,6 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from functools import partial
-from http import HTTPStatus
 from typing import Any, Final
 from urllib.parse import quote
 
@@ -65,6 +64,7 @@ from voxwire.ovp import (
     PCM_BYTES_PER_FRAME,
     RECONNECT_BACKOFF_INITIAL_MS,
     RECONNECT_BACKOFF_MAX_MS,
+    RECONNECT_RETRIED_HTTP_STATUSES,
     REPLAY_BUFFER_MAX_EVENTS,
     SILENCE_TIMEOUT_MS,
     SUBPROTOCOL,
@@ -124,7 +124,6 @@ _OFFERED: Final = [Subprotocol(SUBPROTOCOL)]
 _FRAME_S: Final = FRAME_MS / 1000
 _RECONNECT_FIRST_S: Final = RECONNECT_BACKOFF_INITIAL_MS / 1000
 _RECONNECT_MAX_S: Final = RECONNECT_BACKOFF_MAX_MS / 1000
-_PASSING_STATUS: Final = frozenset({HTTPStatus.REQUEST_TIMEOUT, HTTPStatus.TOO_MANY_REQUESTS})
 
 
 class HandshakeError(errors.HandshakeError):
@@ -664,11 +663,10 @@ class OVPClient(ClientSends[Coroutine[Any, Any, ClientMessage]], ClientReceives)
 
 
 def _passing(refusal: HandshakeError) -> bool:
-    """Whether a refused reconnect may succeed later: a server error (5xx), a timeout (408) or
-    too many requests (429), as a gateway restarting or overloaded answers; retried like a TCP
-    refusal until the window closes."""
-    status = refusal.status
-    return status is not None and (status >= 500 or status in _PASSING_STATUS)
+    """Whether a refused reconnect may succeed later: a status of RECONNECT_RETRIED_HTTP_STATUSES
+    (a timeout, too many requests, a gateway restarting or overloaded: spec decision
+    reconnect-retried-statuses); retried like a TCP refusal until the window closes."""
+    return refusal.status in RECONNECT_RETRIED_HTTP_STATUSES
 
 
 def _refusal(exc: InvalidStatus) -> HandshakeError:
