@@ -33,6 +33,7 @@ from codegen.ir import Protocol
 from codegen.loader import Problem, SpecError
 from codegen.render import Output
 from codegen.session_coverage import brisvox_table_cases, check_coverage, ovp_table_cases
+from codegen.session_faults import client_loss_cases, replay_bound_cases
 from codegen.session_verdicts import ACCEPTED, DONE, IGNORED, SENT
 from codegen.session_verdicts import error as _error
 from codegen.session_verdicts import replay as _replay
@@ -286,7 +287,9 @@ class _OVP(_Builder):
         yield case.covers("new.start").done()
 
         yield from self.resume_cases()
+        yield from replay_bound_cases(self)
         yield from self.client_cases()
+        yield from client_loss_cases(self)
         yield from ovp_table_cases(self)
 
     def resume_cases(self) -> Iterator[dict[str, Any]]:

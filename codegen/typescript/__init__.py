@@ -22,6 +22,7 @@ from typing import Any
 
 import jinja2
 
+from codegen import names as py_names
 from codegen.ir import Enum, Field, Frame, Message, Protocol, TypeRef
 from codegen.machines import machine_view
 from codegen.templating import constant_groups
@@ -169,7 +170,12 @@ def _protocol_modules(p: Protocol) -> dict[str, str]:
             close_codes=p.close_codes,
             close_name=ts.close_code_enum(),
         ),
-        "errors": _render("errors.ts.j2", p),
+        "errors": _render(
+            "errors.ts.j2",
+            p,
+            close_after_name=py_names.CLOSE_AFTER,
+            close_after=[(e.code, e.close_code.code) for e in p.errors if e.close_code],
+        ),
         "messages": _render(
             "messages.ts.j2",
             p,

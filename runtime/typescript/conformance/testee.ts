@@ -7,9 +7,10 @@
 import { createInterface } from "node:readline";
 
 import * as brisvox from "../brisvox/index.js";
-import { OvpClient, type WebSocketConstructor } from "../ovp/client.js";
+import { type Clock, OvpClient, SessionFailed, SessionStateError, type WebSocketConstructor } from "../ovp/client.js";
 import * as ovp from "../ovp/index.js";
 import { VoxwireProtocolError } from "../runtime/errors.js";
+import { traced } from "../runtime/machine.js";
 
 type Answer = { [key: string]: unknown };
 
@@ -100,6 +101,7 @@ class ScriptedSocket {
   static made: ScriptedSocket[] = [];
   binaryType = "blob";
   readyState = 0;
+  bufferedAmount = 0;
   readonly sent: string[] = [];
   readonly closes: number[] = [];
   readonly protocol: string;
@@ -123,7 +125,54 @@ class ScriptedSocket {
   }
 
   emit(type: string, event: unknown): void {
+    if (type === "open") this.readyState = 1;
+    if (type === "close") this.readyState = 3;
     for (const listener of this.listeners.get(type) ?? []) (listener as (event: unknown) => void)(event);
+  }
+}
+
+/** The case's clock: time moves only to each step's `t`, firing the client's timers due by then. */
+class CaseClock implements Clock {
+  private time: number;
+  private nextId = 1;
+  private readonly timers = new Map<number, { readonly at: number; readonly callback: () => void }>();
+
+  constructor(start: number) {
+    this.time = start;
+  }
+
+  now(): number {
+    return this.time;
+  }
+
+  setTimeout(callback: () => void, ms: number): unknown {
+    const id = this.nextId++;
+    this.timers.set(id, { at: this.time + ms, callback });
+    return id;
+  }
+
+  clearTimeout(handle: unknown): void {
+    this.timers.delete(handle as number);
+  }
+
+  /** Fire every timer due at or before `until`, in time order, then stand at `until`. */
+  async advance(until: number): Promise<void> {
+    while (await this.fireNext(until)) {
+      // each timer may set others, due by `until` too
+    }
+    this.time = Math.max(this.time, until);
+  }
+
+  /** Fire the earliest timer (due by `until`); whether there was one. */
+  async fireNext(until = Infinity): Promise<boolean> {
+    let first: [number, { readonly at: number; readonly callback: () => void }] | undefined;
+    for (const entry of this.timers) if (first === undefined || entry[1].at < first[1].at) first = entry;
+    if (first === undefined || first[1].at > until) return false;
+    this.timers.delete(first[0]);
+    this.time = Math.max(this.time, first[1].at);
+    first[1].callback();
+    await tick();
+    return true;
   }
 }
 
@@ -131,74 +180,173 @@ type Verdict = { [key: string]: unknown };
 type Step = { [key: string]: unknown };
 
 const tick = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
+const ENVELOPE = new Set(["type", "seq", "ts", "session_id"]);
 
-async function newSocket(count: number): Promise<ScriptedSocket> {
-  const deadline = Date.now() + 5000;
-  while (ScriptedSocket.made.length <= count) {
-    if (Date.now() > deadline) throw new Error("the client opened no new connection");
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
-  return ScriptedSocket.made[ScriptedSocket.made.length - 1] as ScriptedSocket;
+function own(message: { [key: string]: unknown }): { [key: string]: unknown } {
+  return Object.fromEntries(Object.entries(message).filter(([key]) => !ENVELOPE.has(key)));
 }
 
-/** The verdict of every step of an OVP client case, played through OvpClient. */
+/** OvpClient with the one shortcut a case takes: the next seq (a case's `next_seq` step). */
+class CaseClient extends OvpClient {
+  skipSeq(seq: number): void {
+    this.core.skipSeq(seq);
+  }
+}
+
+/** What the client did on a step: its socket closes, its outcome, its deliveries and problems. */
+interface Seen {
+  readonly linked: boolean;
+  readonly socket: ScriptedSocket | undefined;
+  readonly closes: number;
+  readonly over: boolean;
+  readonly delivered: number;
+  readonly problems: number;
+}
+
+/** The verdict of every step of an OVP client case, played through OvpClient (docs/conformance.md). */
 async function playClient(steps: readonly Step[]): Promise<Verdict[]> {
-  const first = steps.find((step) => step["from"] === "server");
-  const sessionId = String((JSON.parse(String(first?.["text"] ?? "{}")) as { session_id?: unknown }).session_id);
+  const named = steps.find((step) => step["from"] === "server" && typeof step["text"] === "string");
+  const sessionId = String((JSON.parse(String(named?.["text"] ?? "{}")) as { session_id?: unknown }).session_id ?? "ovps_case");
+  const clock = new CaseClock(Number(steps[0]?.["t"] ?? 0) * 1000);
   ScriptedSocket.made = [];
-  const client = new OvpClient({
+  const client = new CaseClient({
     url: "ws://127.0.0.1:1",
     sessionId,
     token: "t",
     WebSocket: ScriptedSocket as unknown as WebSocketConstructor,
+    clock,
   });
   let delivered = 0;
   for (const message of ovp.OVP_SPEC.messages) {
     if (message.senders.includes("server")) client.on(message.type as ovp.ServerMessage["type"], () => delivered++);
   }
-  client.connect().catch(() => undefined);
-  await tick();
-  let socket = await newSocket(0);
-  socket.emit("open", {});
+  client.onAudio(() => delivered++);
+  const current = (): ScriptedSocket | undefined => ScriptedSocket.made[ScriptedSocket.made.length - 1];
+  const seen = (): Seen => {
+    const socket = current();
+    const linked = client.state === "starting" || client.state === "live" || client.state === "failing";
+    return { linked, socket, closes: socket?.closes.length ?? 0, over: client.outcome !== null, delivered, problems: client.problems.length };
+  };
+  // A case begins on a connection when its first step is a message, else before any.
+  if (steps[0]?.["from"] !== undefined) await opened(client, clock);
   const verdicts: Verdict[] = [];
   for (const step of steps) {
-    if (step["link"] !== undefined) {
-      if (step["link"] === "open") {
-        socket = await newSocket(ScriptedSocket.made.length);
-        socket.emit("open", {});
-      } else {
-        socket.emit("close", { code: step["link"] === "lost" ? 1006 : 1000, reason: "" });
-      }
+    const before = seen();
+    await clock.advance(Number(step["t"]) * 1000);
+    if (step["link"] !== undefined) verdicts.push(await linkStep(client, clock, String(step["link"])));
+    else if (step["from"] === "client") verdicts.push(await sendStep(client, current(), step));
+    else if (step["from"] === "server") {
+      const socket = current();
+      const at = seen();
+      if (typeof step["binary"] === "string") {
+        const bytes = Buffer.from(step["binary"], "base64");
+        socket?.emit("message", { data: bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength) });
+      } else socket?.emit("message", { data: step["text"] });
+      verdicts.push(judged(client, at, seen(), delivered));
+    } else if (step["call"] === "hang_up") {
+      client.close();
+      verdicts.push(after(client, before, seen()));
+    } else if (step["wait"] === true) verdicts.push(after(client, before, seen()));
+    else if (typeof step["next_seq"] === "number") {
+      client.skipSeq(step["next_seq"]);
       verdicts.push({ verdict: "done" });
-      continue;
-    }
-    const message = JSON.parse(String(step["text"])) as { [key: string]: unknown };
-    if (step["from"] === "client") {
-      if (message["type"] !== "session.resume") {
-        const { type, seq: _seq, ts: _ts, session_id: _id, ...fields } = message;
-        client.send(type as never, fields as never);
-      }
-      const sent = JSON.parse(socket.sent[socket.sent.length - 1] ?? "{}") as { type?: unknown; seq?: unknown };
-      if (sent.type !== message["type"]) {
-        verdicts.push({ verdict: "missing", detail: `the client sent ${String(sent.type)}` });
-        continue;
-      }
-      verdicts.push(sent.seq === message["seq"] ? { verdict: "sent" } : { verdict: "sent", seq: sent.seq });
-      continue;
-    }
-    const before = { delivered, problems: client.problems.length, over: client.outcome, closes: socket.closes.length };
-    socket.emit("message", { data: step["text"] });
-    const closed = socket.closes.length > before.closes ? socket.closes[socket.closes.length - 1] : undefined;
-    const ended = before.over === null ? client.outcome : null;
-    const problem = client.problems.length > before.problems ? client.problems[client.problems.length - 1] : undefined;
-    const code = ended?.code ?? problem?.code;
-    if (code !== undefined && code !== null) {
-      verdicts.push(closed !== undefined ? { verdict: "error", code, close: closed } : { verdict: "error", code });
-    } else if (closed !== undefined) verdicts.push({ verdict: "close", close: closed });
-    else verdicts.push({ verdict: delivered > before.delivered ? "accepted" : "ignored" });
+    } else throw new Error(`a step the client plays none of: ${JSON.stringify(step)}`);
   }
   client.close();
   return verdicts;
+}
+
+/** The client's first connection: connect() and the socket opened. */
+async function opened(client: OvpClient, clock: CaseClock): Promise<void> {
+  client.connect().catch(() => undefined);
+  (await attempt(client, clock))?.emit("open", {});
+}
+
+/** The connection the client is opening (made, neither opened nor failed), after its timers. */
+async function attempt(client: OvpClient, clock: CaseClock): Promise<ScriptedSocket | undefined> {
+  const pending = (): ScriptedSocket | undefined => ScriptedSocket.made.find((socket) => socket.readyState === 0);
+  for (let turns = 0; pending() === undefined && client.state !== "over" && turns < 100; turns++) {
+    if (!(await clock.fireNext())) await tick();
+  }
+  return pending();
+}
+
+/** A link event: the client's connection opened (a new one: after its backoff), failed, or lost. */
+async function linkStep(client: OvpClient, clock: CaseClock, event: string): Promise<Verdict> {
+  const socket = ScriptedSocket.made[ScriptedSocket.made.length - 1];
+  const linked = client.state === "starting" || client.state === "live" || client.state === "failing";
+  if (event === "lost" || event === "closed" || (event === "open" && linked)) {
+    // A new link while this one is up: the client saw it drop first (a half-open link).
+    socket?.emit("close", { code: event === "closed" ? 1000 : 1006, reason: "" });
+    if (event !== "open") return { verdict: "done" };
+  }
+  if (client.state === "idle" && event === "open") {
+    await opened(client, clock);
+    return { verdict: "done" };
+  }
+  if (client.state !== "dropped") return { verdict: "refused" }; // no connection after its end
+  const next = await attempt(client, clock);
+  if (next === undefined) return { verdict: "refused" };
+  if (event === "failed") next.emit("close", { code: 1006, reason: "" });
+  else next.emit("open", {});
+  return { verdict: "done" };
+}
+
+/** As the Python player judges ClientCore receiving a message: a rejected message, or an end with
+ * a code that the client closed the link for, is an error; else a message handed on, or dropped. */
+function judged(client: OvpClient, before: Seen, now: Seen, delivered: number): Verdict {
+  const closed = now.closes > before.closes ? before.socket?.closes[before.closes] : undefined;
+  const problem = now.problems > before.problems ? client.problems[before.problems] : undefined;
+  const ended = !before.over && now.over ? client.outcome : null;
+  const code = problem?.code ?? (ended?.code != null && closed !== undefined ? ended.code : undefined);
+  if (code !== undefined) return closed !== undefined ? { verdict: "error", code, close: closed } : { verdict: "error", code };
+  return { verdict: delivered > before.delivered ? "accepted" : "ignored" };
+}
+
+/** What the client did on a call or as time passed: ended the session with a code it reports,
+ * closed its link (when one was up), or nothing on the wire. */
+function after(client: OvpClient, before: Seen, now: Seen): Verdict {
+  const shut = before.linked && now.socket === before.socket && now.closes > before.closes;
+  const closed = shut ? before.socket?.closes[before.closes] : undefined;
+  const ended = !before.over && now.over ? client.outcome : null;
+  if (ended?.code != null) return closed !== undefined ? { verdict: "error", code: ended.code, close: closed } : { verdict: "error", code: ended.code };
+  return closed !== undefined ? { verdict: "close", close: closed } : { verdict: "done" };
+}
+
+/** The client's own message of a step, sent through its API (session.resume it sends itself). */
+async function sendStep(client: OvpClient, socket: ScriptedSocket | undefined, step: Step): Promise<Verdict> {
+  if (typeof step["binary"] === "string") {
+    const frame = ovp.decodeFrame(new Uint8Array(Buffer.from(step["binary"], "base64")), ovp.FrameDirection.CLIENT_TO_SERVER);
+    try {
+      client.sendAudio(frame.pcm, frame.flags);
+    } catch (exc) {
+      if (exc instanceof SessionStateError) return { verdict: "refused" };
+      throw exc;
+    }
+    return { verdict: "sent" };
+  }
+  const message = JSON.parse(String(step["text"])) as { [key: string]: unknown };
+  let sent: { [key: string]: unknown } | undefined;
+  if (message["type"] === "session.resume") {
+    const texts = (socket?.sent ?? []).map((text) => JSON.parse(text) as { [key: string]: unknown });
+    sent = texts.find((text) => text["type"] === "session.resume");
+    if (sent === undefined) return { verdict: "refused" }; // no reconnect sent one
+    if (JSON.stringify(own(sent)) !== JSON.stringify(own(message))) return { verdict: "sent", fields: own(sent) };
+  } else {
+    if (!client.live) return { verdict: "refused" }; // it would wait for a live link (queued)
+    const closes = socket?.closes.length ?? 0;
+    try {
+      sent = (await client.send(message["type"] as never, own(message) as never)) as unknown as { [key: string]: unknown };
+    } catch (exc) {
+      const closed = socket !== undefined && socket.closes.length > closes ? socket.closes[closes] : undefined;
+      if (exc instanceof SessionFailed && closed !== undefined) return { verdict: "close", close: closed }; // its seq's bound
+      if (exc instanceof VoxwireProtocolError || exc instanceof SessionStateError || exc instanceof SessionFailed || exc instanceof TypeError) {
+        return { verdict: "refused" };
+      }
+      throw exc;
+    }
+  }
+  return sent["seq"] === message["seq"] ? { verdict: "sent" } : { verdict: "sent", seq: sent["seq"] };
 }
 
 async function answer(request: { [key: string]: unknown }): Promise<Answer> {
@@ -207,10 +355,16 @@ async function answer(request: { [key: string]: unknown }): Promise<Answer> {
     if (request["protocol"] !== "ovp" || request["side"] !== "client") {
       return { id, error: `this binding plays no ${String(request["protocol"])} ${String(request["side"])} side` };
     }
+    const trace = traced();
     try {
-      return { id, steps: await playClient(request["steps"] as Step[]) };
+      const steps = await playClient(request["steps"] as Step[]);
+      // The transitions taken, once each in their order (the runner checks the case's claims).
+      const taken = [...new Set(trace.taken.map((t) => `${t.role} ${t.state}.${t.input}`))];
+      return { id, steps, taken };
     } catch (exc) {
       return { id, error: `the testee failed: ${String(exc)}` };
+    } finally {
+      trace.stop();
     }
   }
   return answerOne(request);

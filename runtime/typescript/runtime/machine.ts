@@ -50,6 +50,33 @@ export class TransitionRefused extends SessionStateError {
   }
 }
 
+/** A transition `step` took (what `traced` records). */
+export interface Taken {
+  readonly protocol: string;
+  readonly role: string;
+  readonly state: string;
+  readonly input: string;
+  readonly target: string;
+}
+
+let taken: Taken[] | null = null;
+
+/**
+ * Record every transition taken until `stop()` is called, in order, into the list returned (the
+ * conformance testee proves with it that a session case takes the transitions it claims to
+ * cover, as `voxwire.machine.traced` does in Python). One trace at a time: a second replaces it.
+ */
+export function traced(): { readonly taken: readonly Taken[]; stop(): void } {
+  const list: Taken[] = [];
+  taken = list;
+  return {
+    taken: list,
+    stop: () => {
+      if (taken === list) taken = null;
+    },
+  };
+}
+
 /**
  * Where `input` leads from `state`, and what to do on the way. Throws `TransitionRefused` when the
  * table has no such transition: the caller broke the session's rules, or the core has a bug.
@@ -63,5 +90,6 @@ export function step<S extends string, I extends string, A extends string>(
   if (found === undefined) {
     throw new TransitionRefused(machine.protocol, machine.role, state, input);
   }
+  taken?.push({ protocol: machine.protocol, role: machine.role, state, input, target: found.target });
   return found;
 }

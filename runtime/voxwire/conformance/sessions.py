@@ -208,8 +208,8 @@ class _Gateway:
             out = self.core.receive_binary(self.link, step["binary"], t)
         else:
             out = self.core.receive_text(self.link, step["text"], t)
-        self._written(out, t)
-        return _judge(out, self.link)
+        # A replay longer than the stream window goes on as the link drains: all of it counts.
+        return _judge(out + self._written(out, t), self.link)
 
     def _link(self, event: str, t: float) -> Judged:
         if event == "failed":
@@ -263,9 +263,9 @@ class _Gateway:
             )
         return core.send(type(message), _fields(message), t)
 
-    def _written(self, out: list[GatewayOutput], t: float) -> None:
+    def _written(self, out: list[GatewayOutput], t: float) -> list[GatewayOutput]:
         """Every text handed to a link is written at once (no back-pressure here): kept in
-        ``pending`` until a step shows it."""
+        ``pending`` until a step shows it. Returns what the core streamed as the link drained."""
         texts = [
             o.action.data for o in out if isinstance(o, ToLink) and isinstance(o.action, SendText)
         ]
@@ -276,7 +276,9 @@ class _Gateway:
             if isinstance(o, ToLink) and isinstance(o.action, SendText)
         ):
             # its queue drained at once: the whole window is free again
-            self._written(self.core.drained(self.link, STREAM_WINDOW, t), t)
+            streamed = self.core.drained(self.link, STREAM_WINDOW, t)
+            return streamed + self._written(streamed, t)
+        return []
 
 
 def _judge(out: list[GatewayOutput], link: int) -> Judged:

@@ -85,6 +85,12 @@ export const RECOVERABLE: { readonly [code in ErrorCode]: boolean } = {
   "OVP_INTERNAL_ERROR": false,
 };
 
+/** The close that follows an error with that code at once, with no `session.end` (a refusal). */
+export const CLOSE_AFTER: { readonly [code: string]: number } = {
+  "OVP_AUTH_FAILED": 1008,
+  "OVP_RESUME_EXPIRED": 1008,
+};
+
 /**
  * A message or frame that breaks the Orbit Voice Protocol: `code` is one of its error codes, `path` the
  * JSON path (or the frame field), `detail` the rule and how the value breaks it, in the Python
