@@ -223,6 +223,29 @@ def test_every_ovp_client_session_vector_passes_through_the_typescript_client() 
     _all_passed(report, "ovp session")
 
 
+def test_the_conformance_docs_show_each_bindings_session_cases() -> None:
+    """The matrix binding x role x cases of docs/conformance.md, counted from the vectors."""
+    counts: dict[str, int] = {}
+    for protocol in ("ovp", "brisvox"):
+        path = ROOT / "generated" / "voxwire" / protocol / "sessions.jsonl"
+        for line in path.read_text(encoding="utf-8").splitlines():
+            case = json.loads(line)
+            if "id" in case:
+                role = f"{protocol}-{case['side']}"
+                counts[role] = counts.get(role, 0) + 1
+    page = (ROOT / "docs" / "conformance.md").read_text(encoding="utf-8")
+    rows = {
+        cells[0].split()[0]: cells[1:]
+        for line in page.splitlines()
+        if line.startswith(("| Python ", "| TypeScript "))
+        for cells in [[cell.strip() for cell in line.strip("|").split("|")]]
+    }
+    roles = ["ovp-gateway", "ovp-client", "brisvox-agent", "brisvox-engine"]
+    assert rows["Python"] == [str(counts[role]) for role in roles]
+    assert rows["TypeScript"][1] == str(counts["ovp-client"])
+    assert not any(cell.isdigit() for i, cell in enumerate(rows["TypeScript"]) if i != 1)
+
+
 def test_every_typescript_block_of_the_docs_compiles_strict(tmp_path: Path) -> None:
     page = (ROOT / "docs" / "typescript.md").read_text(encoding="utf-8")
     blocks = re.findall(r"^```ts\n(.*?)^```", page, re.S | re.M)
