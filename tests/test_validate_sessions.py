@@ -59,7 +59,7 @@ def _judgements(capture: str) -> list[Judgement]:
 
 
 def test_every_case_gets_its_verdicts_from_validate(sessions: list[Case]) -> None:
-    assert len(sessions) == 45
+    assert len(sessions) == 52
     for case in sessions:
         judgements = _judgements(_as_capture(case))
         assert [j.line for j in judgements] == list(range(2, len(case.data["steps"]) + 2))
