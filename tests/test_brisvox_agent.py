@@ -243,13 +243,13 @@ async def test_commands_carry_ids_and_wait_for_their_results() -> None:
     outcome: list[object] = []
 
     async def on_session(session: AgentSession) -> None:
-        outcome.append(await session.say("We open at noon.", re=2))
+        outcome.append(await session.send_say(text="We open at noon.", re=2))
         try:
-            await session.transfer("+15551230002", id="t-1")
+            await session.command(brisvox.Transfer(destination="+15551230002", id="t-1"))
         except CommandFailed as exc:
             outcome.append(exc)
         with pytest.raises(brisvox.ProtocolError, match="invalid_argument"):
-            await session.say("   ")
+            await session.send_say(text="   ")
 
     async with agent(on_session) as server:
         engine = await _engine(server)
@@ -274,7 +274,7 @@ async def test_a_command_without_result_times_out_as_outcome_unknown_and_is_not_
 
     async def on_session(session: AgentSession) -> None:
         try:
-            await session.say("hello", timeout=10.0)
+            await session.command(brisvox.Say(text="hello"), timeout=10.0)
         except CommandTimeout as exc:
             failures.append(exc)
 
@@ -300,7 +300,7 @@ async def test_commands_on_a_closed_link_raise_session_closed() -> None:
         async for _ in session:
             pass
         try:
-            await session.say("too late")
+            await session.send_say(text="too late")
         except SessionClosed as exc:
             raised.append(exc)
         closed.set()

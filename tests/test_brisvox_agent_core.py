@@ -24,8 +24,6 @@ from voxwire.brisvox.agent_core import (
 from voxwire.brisvox.machines import AgentInput
 from voxwire.brisvox.outputs import (
     BadMessage,
-    EventBuffer,
-    EventsDropped,
     HandshakeFailed,
 )
 from voxwire.errors import SessionStateError
@@ -299,18 +297,7 @@ def test_what_the_agent_drops_as_the_servers_fault_carries_its_code() -> None:
     assert isinstance(unknown, Ignored) and unknown.code is None  # forward compatibility
 
 
-# -- the event buffer and the resume registry ---------------------------------------------------
-
-
-def test_the_event_buffer_drops_the_newest_and_reports_where_the_gap_is() -> None:
-    buffer: EventBuffer[str] = EventBuffer(2)
-    assert [buffer.push(x) for x in "abcd"] == [True, True, False, False]
-    assert buffer.pop() == "a"
-    assert buffer.push("e")
-    buffer.finish("end")
-    assert not buffer.push("after the end")
-    assert [buffer.pop() for _ in range(5)] == ["b", EventsDropped(2), "e", "end", None]
-    assert buffer.lost_total == 2 and buffer.finished
+# -- the resume registry -----------------------------------------------------------------------------
 
 
 def test_the_resume_registry_parks_for_the_window_then_forgets() -> None:

@@ -61,9 +61,9 @@ class Luigi:
         async for event in session:
             self.events.append(event)
             if isinstance(event, brisvox.UserText) and "hours" in event.text:
-                await session.say("We open at noon.", re=event.seq)
+                await session.send_say(text="We open at noon.", re=event.seq)
             elif isinstance(event, brisvox.UserText) and "bye" in event.text:
-                await session.end("Goodbye!")
+                await session.send_end(say="Goodbye!")
 
     async def hours(self, ctx: ToolContext) -> object:
         return {"open": "12:00", "asked": ctx.call.arguments}
@@ -144,7 +144,7 @@ async def test_a_refused_command_reaches_the_agent_as_command_failed() -> None:
 
     async def on_session(session: AgentSession) -> None:
         try:
-            await session.transfer("+15551230002")
+            await session.send_transfer(destination="+15551230002")
         except CommandFailed as exc:
             failures.append(exc)
 

@@ -45,7 +45,7 @@ class Seen:
                 await asyncio.sleep(self.delay)
             if isinstance(event, brisvox.UserText) and "hours" in event.text:
                 with contextlib.suppress(SessionClosed):  # a link lost under the command
-                    await session.say("We open at noon.")
+                    await session.send_say(text="We open at noon.")
 
     def texts(self) -> list[str]:
         return [e.text for e in self.events if isinstance(e, brisvox.UserText)]

@@ -10,14 +10,16 @@ remote tools run as their own tasks.
 async def on_session(session: AgentSession) -> None:
     async for event in session:
         if isinstance(event, brisvox.UserText) and "hours" in event.text:
-            await session.say("We open at noon.", re=event.seq)
+            await session.send_say(text="We open at noon.", re=event.seq)
 
 async with AgentServer(on_session, tools=[hours_tool], port=0) as server:
     print(server.url)       # ws://127.0.0.1:PORT for BRISVOX_AGENT_URL
 ```
 
 One reader task per connection never waits on application code: events go into a bounded
-per-call queue whose overflow comes out of the iteration as :class:`EventsDropped`.
+per-call queue whose overflow comes out of the iteration as :class:`EventsDropped`. The call's
+life (its links, commands, handlers, tools) is its session's:
+:mod:`voxwire.brisvox.agent_session`; the tools' :mod:`voxwire.brisvox.agent_tools`.
 """
 
 from __future__ import annotations
@@ -29,10 +31,10 @@ import inspect
 import logging
 import os
 import ssl as ssl_module
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any, Final, Literal, TypeAlias, get_args
+from typing import Final, Literal, TypeAlias
 
 import msgspec
 from msgspec import UNSET
@@ -41,22 +43,19 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from voxwire.brisvox._logs import websockets_logger
-from voxwire.brisvox.agent_core import (
-    AgentCore,
-    AgentOutput,
-    CommandAnswered,
-    CommandTimedOut,
-    Delivered,
-    EventReceived,
-    ResumeRegistry,
-    StartReceived,
-    ToolCallCancelled,
-    ToolCallStarted,
+from voxwire.brisvox.agent_core import AgentCore, ResumeRegistry, StartReceived
+from voxwire.brisvox.agent_session import (
+    AgentLink,
+    AgentSession,
+    CallHost,
+    CommandTimeout,
+    LinkClosed,
+    Resumed,
+    SessionEvent,
 )
+from voxwire.brisvox.agent_tools import Tool, ToolContext, ToolError
 from voxwire.brisvox.constants import (
     AGENT_TOKEN_ENV,
-    END_COMMAND_EXTRA_MS,
-    LINK_CLOSED_REASON,
     MAX_MESSAGE_BYTES,
     PING_INTERVAL_MS,
     SDK_CLOSE_TIMEOUT_MS,
@@ -71,46 +70,21 @@ from voxwire.brisvox.constants import (
     SIDE_EFFECT_GRACE_MS,
     SILENCE_TIMEOUT_MS,
     SUPPORTED_VERSIONS,
-    TRANSFER_COMMAND_EXTRA_MS,
     CloseCode,
 )
 from voxwire.brisvox.errors import ErrorCode
-from voxwire.brisvox.messages import (
-    AgentMessage,
-    Command,
-    CommandResult,
-    ContextMessage,
-    ContextUpdate,
-    End,
-    EventType,
-    Say,
-    SessionAccept,
-    SessionEnd,
-    SessionStart,
-    ToolCall,
-    ToolDeclaration,
-    ToolKind,
-    ToolsSet,
-    Transfer,
-    TransferMode,
-)
-from voxwire.brisvox.outputs import (
-    BadMessage,
-    CommandFailed,
-    EventBuffer,
-    EventsDropped,
-    HandshakeFailed,
-)
-from voxwire.brisvox.roles import AgentReceives, AgentSends
-from voxwire.capture import CaptureWriter, Record, Recorder, open_recorder
+from voxwire.brisvox.messages import ContextMessage, EventType, SessionAccept, SessionStart
+from voxwire.brisvox.outputs import BadMessage, CommandFailed, EventsDropped
+from voxwire.capture import Record, open_recorder
 from voxwire.clock import SYSTEM_CLOCK, Clock
 from voxwire.cluster import Directory, StoreUnavailable, other_owner
 from voxwire.cluster.relay import Keepalive as RelayKeepalive
 from voxwire.cluster.relay import RelayFailed, carry, open_relay
-from voxwire.errors import SessionClosed, VoxwireError
+from voxwire.errors import SessionClosed
 from voxwire.hosts import is_loopback
-from voxwire.link import Keepalive, Link, Outbound, Overflow, Put
-from voxwire.sansio import Close, Ignored, SendText
+from voxwire.link import Keepalive, Link, Outbound, Overflow
+from voxwire.sansio import Close
+from voxwire.session import DeadlineTimer
 
 __all__ = [
     "Accept",
@@ -159,348 +133,11 @@ class Reject:
     message: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Resumed:
-    """The call's lost link was taken up again (not on the wire; the server's ``events.lost``
-    follows). ``seen_seq`` is the last seq this side read on the lost link."""
-
-    attempt: int
-    previous_seq: int
-    seen_seq: int
-    down_ms: int
-    seq: int
-
-
-@dataclass(frozen=True, slots=True)
-class LinkClosed:
-    """The call ended for the agent without a ``session.end`` (the link was lost, a parked call
-    was not resumed in time, or the server shut down)."""
-
-    reason: str
-
-
-SessionEvent: TypeAlias = Delivered | EventsDropped | Resumed | LinkClosed
-"""What iterating an :class:`AgentSession` yields; the last one is a SessionEnd or LinkClosed."""
-
 StartHandler: TypeAlias = Callable[[SessionStart], Accept | Reject | Awaitable[Accept | Reject]]
 """Decides a new call within the handshake budget."""
 
-SessionHandler: TypeAlias = Callable[["AgentSession"], Awaitable[None]]
+SessionHandler: TypeAlias = Callable[[AgentSession], Awaitable[None]]
 """Runs one call: iterates its events and sends commands."""
-
-
-class CommandTimeout(CommandFailed, TimeoutError):
-    """No ``command.result`` in time: the command may or may not have been applied
-    (``outcome_unknown``). It is never retried; repeat a transfer only with the same id."""
-
-    def __init__(self, command_id: str, timeout: float) -> None:
-        super().__init__(
-            ErrorCode.OUTCOME_UNKNOWN,
-            f"no result for command {command_id!r} within {timeout:g} s; "
-            "it may or may not have been applied",
-        )
-        self.command_id = command_id
-
-
-class ToolError(VoxwireError):
-    """Raise from a tool to fail it with this text as the error the LLM gets."""
-
-
-@dataclass(slots=True)
-class ToolContext:
-    """What a running tool knows: its call, its session, and whether the server stopped waiting."""
-
-    call: ToolCall
-    session: AgentSession
-    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
-    """Set on ``tool.cancel`` or a lost link; a read_only tool is also cancelled then."""
-    cancel_reason: str | None = None
-    """The ``tool.cancel`` reason, or ``link_closed``."""
-
-
-@dataclass(frozen=True, slots=True)
-class Tool:
-    """A remote tool: its declaration and the coroutine that runs it.
-
-    ``run`` returns any JSON value (the result) or raises :class:`ToolError` (the error text);
-    another exception fails the call with its type name only.
-    """
-
-    declaration: ToolDeclaration
-    run: Callable[[ToolContext], Awaitable[object]]
-
-
-class _Connection:
-    """One connection of a call: its socket, its way out, its core, and the call's recorder."""
-
-    __slots__ = ("capture", "core", "out", "recorder", "timer", "wake", "ws")
-
-    def __init__(
-        self, ws: ServerConnection, core: AgentCore, way_out: Callable[[_Connection], Link]
-    ) -> None:
-        self.ws = ws
-        self.core = core
-        self.wake = asyncio.Event()
-        self.timer: asyncio.Task[None] | None = None
-        self.recorder: Recorder | None = None
-        self.capture: CaptureWriter | None = None
-        """The capture file opened for a new call (its session closes it at the call's end)."""
-        self.out = way_out(self)
-        """Every write goes here: one queue, one writer, the keepalive, the close."""
-
-
-class AgentSession(AgentSends[Coroutine[Any, Any, CommandResult]], AgentReceives):
-    """One call seen from the agent: its ``session.start``, its events, its commands.
-
-    Commands go out through the typed sends (``await session.send_say(text="Hello.")``, one per
-    command; the id is the session's, ``c1``, ``c2``...), the helpers below (:meth:`say`,
-    :meth:`transfer`... with a chosen ``id`` or ``timeout``), or :meth:`command` with a message
-    object: one path. A handler registered with the typed ``on()`` (``session.on("user.text",
-    handle)``) gets each message of its type as it arrives, in the reader's order (an awaitable
-    one runs as its own task); those messages are not iterated. ``session.end`` reaches both.
-
-    Iterate it (``async for event in session``) for the events in the server's order; the last
-    one is the server's ``SessionEnd`` or a :class:`LinkClosed`. Commands wait for their
-    ``command.result``: ok returns it, a refusal raises :class:`CommandFailed`, no answer in time
-    raises :class:`CommandTimeout`, a closed or parked link :class:`SessionClosed`.
-    """
-
-    def __init__(
-        self, server: AgentServer, start: SessionStart, version: int, accept: SessionAccept
-    ) -> None:
-        self.start = start
-        """The call's first ``session.start``."""
-        self.version = version
-        """The protocol version picked."""
-        self.accept = accept
-        """The ``session.accept`` sent for the call."""
-        self.resumes = 0
-        """How many times the call's link was taken up again."""
-        self._server = server
-        self._buffer: EventBuffer[SessionEvent] = EventBuffer(server.event_queue)
-        self._ready = asyncio.Event()
-        self._link: _Connection | None = None
-        self._next_id = 0
-        self._pending: dict[str, asyncio.Future[CommandResult]] = {}
-        self._tools: dict[int, tuple[asyncio.Task[None], ToolContext]] = {}
-        self._ended = False
-        self._seen_seq = start.seq
-        self._handlers: dict[str, list[Callable[[Any], object]]] = {}
-        self._recorder: Recorder | None = None
-        self._capture: CaptureWriter | None = None
-
-    @property
-    def id(self) -> str:
-        """The call's session id."""
-        return self.start.session_id
-
-    @property
-    def closed(self) -> bool:
-        """Whether no link carries the call now (parked or over)."""
-        return self._link is None
-
-    @property
-    def parked(self) -> bool:
-        """Whether the call waits for the server to resume it."""
-        return self._link is None and not self._ended
-
-    @property
-    def events_lost(self) -> int:
-        """Events this side dropped because the application fell behind."""
-        return self._buffer.lost_total
-
-    # -- events ---------------------------------------------------------------------------------
-
-    async def next_event(self) -> SessionEvent | None:
-        """The next event, or None once the call's last event was taken."""
-        while True:
-            item = self._buffer.pop()
-            if item is not None:
-                return item
-            if self._buffer.finished:
-                return None
-            self._ready.clear()
-            await self._ready.wait()
-
-    def __aiter__(self) -> AgentSession:
-        return self
-
-    async def __anext__(self) -> SessionEvent:
-        item = self._buffer.pop()  # the common case under load: no wait, no generator step
-        if item is None:
-            item = await self.next_event()
-            if item is None:
-                raise StopAsyncIteration
-        return item
-
-    def _deliver(self, event: SessionEvent) -> None:
-        if not self._buffer.push(event):
-            log.debug("session %s: event queue full, %s dropped", self.id, type(event).__name__)
-        elif not self._ready.is_set():
-            self._ready.set()
-
-    def _finish(self, event: SessionEnd | LinkClosed) -> None:
-        self._ended = True
-        self._buffer.finish(event)
-        self._ready.set()
-
-    def _close_capture(self) -> None:
-        if self._capture is not None:
-            self._capture.close()
-            self._capture = None
-
-    # -- commands -------------------------------------------------------------------------------
-
-    def _send(
-        self, kind: type[AgentMessage], fields: dict[str, Any]
-    ) -> Coroutine[Any, Any, CommandResult]:
-        """The typed sends' one path: a command of ``fields``, sent by :meth:`command`."""
-        message = kind(**fields)
-        if not isinstance(message, _COMMANDS):
-            raise TypeError(f"the agent sends {kind.type} itself, not through _send")
-        return self.command(message)
-
-    def _on(self, message_type: str, handler: Callable[[Any], object]) -> None:
-        self._handlers.setdefault(message_type, []).append(handler)
-
-    def _call(self, message_type: str, message: object) -> bool:
-        """Call the handlers of ``message_type``; whether it has any."""
-        handlers = self._handlers.get(message_type)
-        for handler in handlers or ():
-            try:
-                done = handler(message)
-            except Exception:
-                log.exception("session %s: a %s handler failed", self.id, message_type)
-                continue
-            if inspect.isawaitable(done):
-                self._server._spawn(_awaited(done), f"brisvox-handler-{message_type}")
-        return bool(handlers)
-
-    async def command(self, command: Command, *, timeout: float | None = None) -> CommandResult:
-        """Send ``command`` (an id ``c1``, ``c2``... is added when it has none) and wait for its
-        result. Raises ``brisvox.ProtocolError`` (nothing sent) when it breaks a rule."""
-        link = self._link
-        if link is None:
-            raise SessionClosed(f"session {self.id}: the link is {self._state()}")
-        if command.id is UNSET:
-            self._next_id += 1
-            command = msgspec.structs.replace(command, id=f"c{self._next_id}")
-        assert isinstance(command.id, str)
-        if timeout is None:
-            timeout = self._server.command_timeout
-            if isinstance(command, End | Transfer):
-                timeout += (
-                    END_COMMAND_EXTRA_MS if isinstance(command, End) else TRANSFER_COMMAND_EXTRA_MS
-                ) / 1000
-        clock = self._server.clock
-        actions = link.core.send_command(command, clock.now(), timeout)
-        future: asyncio.Future[CommandResult] = asyncio.get_running_loop().create_future()
-        self._pending[command.id] = future
-        link.wake.set()
-        try:
-            await self._server._perform(link, actions)
-            result = await future
-        finally:
-            self._pending.pop(command.id, None)
-            link.core.forget_command(command.id)
-        if not result.ok:
-            error = result.error
-            if error is None or error is UNSET:
-                raise CommandFailed(ErrorCode.BAD_MESSAGE, "failed")
-            raise CommandFailed(error.code, error.message)
-        return result
-
-    async def say(
-        self,
-        text: str,
-        *,
-        interrupt: bool = False,
-        id: str | None = None,
-        re: int | None = None,
-        timeout: float | None = None,
-    ) -> CommandResult:
-        """Speak ``text`` verbatim as a bot line (``interrupt`` cuts a running response)."""
-        return await self.command(
-            Say(text=text, interrupt=interrupt, id=_opt(id), re=_opt_int(re)), timeout=timeout
-        )
-
-    async def end(
-        self,
-        say: str | None = None,
-        *,
-        reason: str | None = None,
-        id: str | None = None,
-        re: int | None = None,
-        timeout: float | None = None,
-    ) -> CommandResult:
-        """End the call after the optional farewell ``say``."""
-        return await self.command(
-            End(say=_opt(say), reason=_opt(reason), id=_opt(id), re=_opt_int(re)), timeout=timeout
-        )
-
-    async def transfer(
-        self,
-        destination: str,
-        *,
-        mode: TransferMode = TransferMode.COLD,
-        summary: str | None = None,
-        reason: str | None = None,
-        id: str | None = None,
-        re: int | None = None,
-        timeout: float | None = None,
-    ) -> CommandResult:
-        """Transfer the call to the E.164 ``destination``; after a timeout repeat it only with
-        the same ``id``."""
-        message = Transfer(
-            destination=destination,
-            mode=mode,
-            summary=_opt(summary),
-            reason=_opt(reason),
-            id=_opt(id),
-            re=_opt_int(re),
-        )
-        return await self.command(message, timeout=timeout)
-
-    async def update_context(
-        self,
-        *,
-        system_prompt: str | None = None,
-        append: Sequence[ContextMessage] = (),
-        id: str | None = None,
-        re: int | None = None,
-        timeout: float | None = None,
-    ) -> CommandResult:
-        """Replace the system prompt and/or append messages, from the next response on."""
-        message = ContextUpdate(
-            system_prompt=_opt(system_prompt),
-            append=list(append) if append else UNSET,
-            id=_opt(id),
-            re=_opt_int(re),
-        )
-        return await self.command(message, timeout=timeout)
-
-    async def set_tools(
-        self,
-        enabled: Sequence[str] | None,
-        *,
-        id: str | None = None,
-        re: int | None = None,
-        timeout: float | None = None,
-    ) -> CommandResult:
-        """Offer only the tools named (None: all again) from the next response on."""
-        message = ToolsSet(
-            enabled=None if enabled is None else list(enabled), id=_opt(id), re=_opt_int(re)
-        )
-        return await self.command(message, timeout=timeout)
-
-    def _state(self) -> str:
-        return "parked" if self.parked else "closed"
-
-    def _fail_pending(self, reason: str) -> None:
-        pending, self._pending = self._pending, {}
-        for future in pending.values():
-            if not future.done():
-                future.set_exception(SessionClosed(f"session {self.id}: {reason}"))
 
 
 class AgentServer:
@@ -577,8 +214,7 @@ class AgentServer:
         self._sessions: dict[str, AgentSession] = {}
         self._server: Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self._expiry_wake = asyncio.Event()
-        self._expiry: asyncio.Task[None] | None = None
+        self._expiry = DeadlineTimer(clock, self._registry.next_deadline, self._expire)
         self._closing = False
 
     @property
@@ -622,22 +258,19 @@ class AgentServer:
             log.warning("brisvox agent listening on %s: reachable from the network", self.url)
         if self.token is None:
             log.warning("brisvox agent: no bearer token set, every connection is accepted")
-        if self.resume:
-            self._expiry = self._spawn(self._expire_loop(), "brisvox-agent-expiry")
         return self
 
     async def close(self) -> None:
         """Stop listening, close the calls' links and end parked calls."""
         self._closing = True
-        if self._expiry is not None:
-            self._expiry.cancel()
+        self._expiry.cancel()
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
             self._server = None
         for session in list(self._sessions.values()):
             if session.parked:
-                self._end(session, LinkClosed("the agent server closed"))
+                session.give_up("the agent server closed")
         tasks = [t for t in self._tasks if not t.done()]
         if tasks:
             with contextlib.suppress(TimeoutError):
@@ -677,13 +310,17 @@ class AgentServer:
         core = AgentCore(
             self.clock.now(), versions=self.versions, handshake_timeout=self.handshake_timeout
         )
-        link = _Connection(ws, core, self._open_link)
+        link = AgentLink(ws, core, self._open_link)
         try:
-            await self._serve(link)
+            session = await self._handshake(link)
+            if session is not None:
+                await session.serve(link)
+            elif link.capture is not None:  # a call not taken
+                link.capture.close()
         finally:
             await link.out.stop()
 
-    def _open_link(self, link: _Connection) -> Link:
+    def _open_link(self, link: AgentLink) -> Link:
         """The connection's way out: everything the agent sends is control (never dropped),
         one writer drains it under the write timeout, the keepalive of the spec."""
 
@@ -706,50 +343,14 @@ class AgentServer:
             name=f"brisvox agent link {link.ws.id}",
         )
 
-    async def _serve(self, link: _Connection) -> None:
-        session = await self._handshake(link)
-        if session is None:
-            if link.capture is not None:  # a call not taken
-                link.capture.close()
-            return
-        link.timer = self._spawn(self._timer(link, session), f"brisvox-timer-{session.id}")
-        # The loop runs once per message: what it reads on every pass is bound here (the
-        # recorder is known once the handshake read the session.start).
-        core, out, clock, recorder = link.core, link.out, self.clock, link.recorder
-        buffer = session._buffer
-        try:
-            async for raw in link.ws:
-                now = clock.now()
-                out.heard(now)
-                if recorder is not None:
-                    recorder.record("server", raw)
-                if isinstance(raw, str):
-                    outputs = core.receive_text(raw, now)
-                else:
-                    outputs = core.receive_binary(raw, now)
-                self._handle_outputs(session, link, outputs)
-                if 2 * len(buffer) >= buffer.capacity:
-                    # Half the handler's queue waits: websockets hands over buffered messages
-                    # without yielding, so let the handler take some before the queue overflows
-                    # (one loop turn, never a wait on it).
-                    await asyncio.sleep(0)
-        except ConnectionClosed:
-            pass
-        finally:
-            link.timer.cancel()
-            down = link.out.down  # the writer took it down (drain timeout, silence, a fault)
-            self._link_lost(session, link, down.reason if down else "the link closed")
-            if session._ended:
-                session._close_capture()
-
-    async def _handshake(self, link: _Connection) -> AgentSession | None:
+    async def _handshake(self, link: AgentLink) -> AgentSession | None:
         core = link.core
         try:
             async with asyncio.timeout(self._real_until(core.next_deadline())):
                 raw = await link.ws.recv()
             link.out.heard()
         except TimeoutError:
-            await self._perform(link, core.tick(float("inf")))
+            await link.perform(core.tick(float("inf")))
             return None
         except ConnectionClosed:
             return None
@@ -757,20 +358,20 @@ class AgentServer:
         outputs = (
             core.receive_text(raw, now) if isinstance(raw, str) else core.receive_binary(raw, now)
         )
-        started = [o for o in outputs if isinstance(o, StartReceived)]
-        if not started:
-            await self._perform(link, outputs)
+        started = next((out for out in outputs if type(out) is StartReceived), None)
+        if started is None:
+            await link.perform(outputs)
             return None
-        start, version = started[0].start, started[0].version
+        start, version = started.start, started.version
         for out in outputs:  # the start's envelope broke a rule: reported, read anyway
-            if isinstance(out, BadMessage):
+            if type(out) is BadMessage:
                 log.warning("session %s: %s", start.session_id, out.error)
         resuming = start.resume not in (UNSET, None)
         if resuming:
             known = self._sessions.get(start.session_id)
-            link.recorder = known._recorder if known is not None else None
+            link.recorder = known.recorder if known is not None else None
             if known is not None and link.recorder is not None:
-                if known._link is not None:  # half-open: the engine lost it, this side not yet
+                if not known.closed:  # half-open: the engine lost it, this side not yet
                     link.recorder.link("lost")
                 link.recorder.link("open")
         else:
@@ -786,7 +387,7 @@ class AgentServer:
         if resuming:
             return await self._resume(link, start, version, raw)
         if self.calls >= self.max_calls:
-            await self._perform(link, core.reject(ErrorCode.UNAVAILABLE, "too many calls", now))
+            await link.perform(core.reject(ErrorCode.UNAVAILABLE, "too many calls", now))
             return None
         try:
             async with asyncio.timeout(self._real_until(core.next_deadline())):
@@ -799,23 +400,21 @@ class AgentServer:
             decision = Reject(ErrorCode.UNAVAILABLE, "agent error")
         now = self.clock.now()
         if isinstance(decision, Reject):
-            await self._perform(link, core.reject(decision.code, decision.message, now))
+            await link.perform(core.reject(decision.code, decision.message, now))
             return None
         try:
             accept = self._accept_message(decision, version)
             actions = core.accept(accept, now)
         except Exception:
             log.exception("session %s: the accept breaks a rule; rejecting", start.session_id)
-            await self._perform(link, core.reject(ErrorCode.UNAVAILABLE, "agent error", now))
+            await link.perform(core.reject(ErrorCode.UNAVAILABLE, "agent error", now))
             return None
         try:
-            await self._perform(link, actions)
+            await link.perform(actions)
         except SessionClosed as exc:
             log.warning("session %s: the accept was not written: %s", start.session_id, exc)
             return None
-        session = AgentSession(self, start, version, accept)
-        session._link = link
-        session._recorder, session._capture = link.recorder, link.capture
+        session = AgentSession(self._host(), start, version, accept, link)
         self._sessions[session.id] = session
         if self.resume:
             self._registry.live(session.id)
@@ -848,7 +447,7 @@ class AgentServer:
         )
 
     async def _resume(
-        self, link: _Connection, start: SessionStart, version: int, raw: str | bytes
+        self, link: AgentLink, start: SessionStart, version: int, raw: str | bytes
     ) -> AgentSession | None:
         core, now = link.core, self.clock.now()
         session = self._sessions.get(start.session_id)
@@ -858,202 +457,66 @@ class AgentServer:
             not self.resume
             or self._closing
             or session is None
-            or session._ended
+            or session.ended
             or not self._registry.may_resume(session.id, now)
         ):
             log.warning(
                 "session %s: resumption of a call this agent does not hold", start.session_id
             )
-            await self._perform(link, core.reject(ErrorCode.UNKNOWN_SESSION, "no such call", now))
+            await link.perform(core.reject(ErrorCode.UNKNOWN_SESSION, "no such call", now))
             return None
-        assert not isinstance(start.resume, msgspec.UnsetType) and start.resume is not None
         accept = SessionAccept(version=version, tools=[], events=session.accept.events, resume=True)
         try:
-            await self._perform(link, core.accept(accept, now))
+            await link.perform(core.accept(accept, now))
         except SessionClosed as exc:
             log.warning("session %s: the resumption's accept was not written: %s", session.id, exc)
             return None  # still parked, with the same deadline
-        if session._ended:
-            await self._perform(link, [Close(CloseCode.NORMAL, "the call ended")])
+        if session.ended:
+            await link.perform([Close(CloseCode.NORMAL, "the call ended")])
             return None
         self._registry.live(session.id)
-        old = session._link
-        if old is not None:  # a half-open link: the resumption takes the call over
-            self._wind_down(session, old, "superseded by a resumed link")
-            old.out.close(CloseCode.NORMAL, "superseded by a resumed link")
-        seen_seq = old.core.last_seq if old is not None else session._seen_seq
-        session._link = link
-        session.version = version
-        session.resumes += 1
-        log.info(
-            "session %s: resumed (attempt %d, down %d ms)",
-            session.id,
-            start.resume.attempt,
-            start.resume.down_ms,
-        )
-        session._deliver(
-            Resumed(
-                attempt=start.resume.attempt,
-                previous_seq=start.resume.previous_seq,
-                seen_seq=seen_seq,
-                down_ms=start.resume.down_ms,
-                seq=start.seq,
-            )
-        )
-        session._call(start.type, start)  # the resumption's session.start
+        session.take_over(link, start, version)
         return session
 
-    def _handle_outputs(
-        self, session: AgentSession, link: _Connection, outputs: list[AgentOutput]
-    ) -> None:
-        for out in outputs:
-            if isinstance(out, EventReceived):
-                message = out.message
-                handled = session._call(message.type, message)
-                if isinstance(message, SessionEnd):
-                    self._end(session, message)
-                elif not handled:
-                    session._deliver(message)
-            elif isinstance(out, ToolCallStarted):
-                session._call(out.call.type, out.call)
-                self._start_tool(session, link, out.call)
-            elif isinstance(out, ToolCallCancelled):
-                if out.message is not None:
-                    session._call(out.message.type, out.message)
-                self._cancel_tool(session, out)
-            elif isinstance(out, CommandAnswered):
-                session._call(out.result.type, out.result)
-                future = session._pending.get(out.result.id)
-                if future is not None and not future.done():
-                    future.set_result(out.result)
-            elif isinstance(out, CommandTimedOut):
-                future = session._pending.get(out.command_id)
-                if future is not None and not future.done():
-                    future.set_exception(CommandTimeout(out.command_id, out.timeout))
-            elif isinstance(out, SendText):  # an answer the core makes itself
-                self._queue(link, out)
-            elif isinstance(out, Ignored):
-                log.debug("session %s: ignored %s", session.id, out.what)
-            elif isinstance(out, BadMessage):
-                log.warning("session %s: %s", session.id, out.error)
-            else:  # the handshake's outputs cannot come once the link is open
-                raise AssertionError(f"unexpected core output {out!r}")
+    def _host(self) -> CallHost:
+        """What a new call needs of this server (its settings as they are now)."""
+        return CallHost(
+            clock=self.clock,
+            command_timeout=self.command_timeout,
+            side_effect_grace=self.side_effect_grace,
+            event_queue=self.event_queue,
+            tools=self.tools,
+            tasks=self._tasks,
+            park=self._park,
+            forget=self._forget,
+        )
 
-    async def _timer(self, link: _Connection, session: AgentSession) -> None:
-        while True:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._real_until(link.core.next_deadline())):
-                    await link.wake.wait()
-            link.wake.clear()
-            self._handle_outputs(session, link, link.core.tick(self.clock.now()))
+    def _park(self, session: AgentSession) -> bool:
+        """``session`` lost its link: park it for a resumption when the server resumes calls."""
+        if not self.resume or self._closing:
+            return False
+        self._registry.lost(session.id, self.clock.now())
+        self._expiry.update()
+        log.info("session %s: link lost; parked for a resumption", session.id)
+        if self.directory is not None:
+            window = self.clock.real_seconds(self._resume_window)
+            self._spawn(self._own(session.id, window), f"brisvox-own-{session.id}")
+        return True
 
-    # -- tools ----------------------------------------------------------------------------------
-
-    def _start_tool(self, session: AgentSession, link: _Connection, call: ToolCall) -> None:
-        ctx = ToolContext(call, session)
-        task = self._spawn(self._run_tool(link, ctx), f"brisvox-tool-{call.name}-{call.id}")
-        session._tools[call.id] = (task, ctx)
-        task.add_done_callback(lambda _: session._tools.pop(call.id, None))
-
-    def _cancel_tool(self, session: AgentSession, cancel: ToolCallCancelled) -> None:
-        entry = session._tools.get(cancel.call.id)
-        if entry is None:
-            return
-        task, ctx = entry
-        ctx.cancel_reason = cancel.reason
-        ctx.cancelled.set()
-        if cancel.call.kind is ToolKind.READ_ONLY:
-            task.cancel()
-
-    async def _run_tool(self, link: _Connection, ctx: ToolContext) -> None:
-        call = ctx.call
-        tool = self.tools.get(call.name)
-        answer: dict[str, Any]
-        if tool is None:
-            answer = {"error": f"unknown tool {call.name!r}"}
-        else:
-            try:
-                answer = {"result": await tool.run(ctx)}
-            except asyncio.CancelledError:
-                if ctx.cancelled.is_set():
-                    log.debug("tool %s (%d) cancelled: %s", call.name, call.id, ctx.cancel_reason)
-                    return
-                raise
-            except ToolError as exc:
-                answer = {"error": str(exc) or "tool failed"}
-            except Exception as exc:
-                log.exception("tool %s (%d) failed", call.name, call.id)
-                answer = {"error": f"tool failed: {type(exc).__name__}"}
-        outputs = link.core.answer_tool(call.id, self.clock.now(), **answer)
-        for out in outputs:
-            if isinstance(out, BadMessage):
-                log.warning("tool %s (%d): %s; sent as an error", call.name, call.id, out.error)
-            elif isinstance(out, Ignored):
-                log.debug("tool %s (%d): %s", call.name, call.id, out.what)
-        with contextlib.suppress(SessionClosed):
-            await self._perform(link, outputs)
-
-    def _wind_down(self, session: AgentSession, link: _Connection, reason: str) -> None:
-        """A link is gone: commands fail, running tools hear ``link_closed``; read_only tools
-        stop now, side_effect ones get ``side_effect_grace`` to finish."""
-        if session._link is link:
-            session._link = None
-            session._seen_seq = link.core.last_seq
-        link.core.closed()
-        session._fail_pending(reason)
-        for task, ctx in list(session._tools.values()):
-            ctx.cancel_reason = ctx.cancel_reason or LINK_CLOSED_REASON
-            ctx.cancelled.set()
-            if ctx.call.kind is ToolKind.READ_ONLY:
-                task.cancel()
-            else:
-                self._spawn(self._cancel_later(task), "brisvox-tool-grace")
-
-    async def _cancel_later(self, task: asyncio.Task[None]) -> None:
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(self.clock.real_seconds(self.side_effect_grace)):
-                await asyncio.shield(task)
-        task.cancel()
-
-    def _link_lost(self, session: AgentSession, link: _Connection, reason: str) -> None:
-        if session._link is not link:
-            return  # a resumption took the call over
-        self._wind_down(session, link, reason)
-        if session._ended:
-            return
-        if self.resume and not self._closing:
-            if session._recorder is not None:
-                session._recorder.link("lost")
-            self._registry.lost(session.id, self.clock.now())
-            self._expiry_wake.set()
-            log.info("session %s: link lost; parked for a resumption", session.id)
-            if self.directory is not None:
-                window = self.clock.real_seconds(self._resume_window)
-                self._spawn(self._own(session.id, window), f"brisvox-own-{session.id}")
-        else:
-            self._end(session, LinkClosed(reason))
-
-    def _end(self, session: AgentSession, event: SessionEnd | LinkClosed) -> None:
+    def _forget(self, session: AgentSession) -> None:
+        """``session`` is over."""
         self._registry.forget(session.id)
         if self.directory is not None:
             self._spawn(self._own(session.id, None), f"brisvox-disown-{session.id}")
         if self._sessions.get(session.id) is session:
             del self._sessions[session.id]
-        session._finish(event)
-        if session._link is None:  # else the link's reader closes it when the link is gone
-            session._close_capture()
 
-    async def _expire_loop(self) -> None:
-        while True:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._real_until(self._registry.next_deadline())):
-                    await self._expiry_wake.wait()
-            self._expiry_wake.clear()
-            for session_id in self._registry.expired(self.clock.now()):
-                session = self._sessions.get(session_id)
-                if session is not None:
-                    log.info("session %s: not resumed in time; the call ends", session_id)
-                    self._end(session, LinkClosed("not resumed within the resume window"))
+    def _expire(self, now: float) -> None:
+        for session_id in self._registry.expired(now):
+            session = self._sessions.get(session_id)
+            if session is not None:
+                log.info("session %s: not resumed in time; the call ends", session_id)
+                session.give_up("not resumed within the resume window")
 
     # -- several processes (voxwire.cluster) ----------------------------------------------------
 
@@ -1070,7 +533,7 @@ class AgentServer:
             # with one process; one landing here still finds the call.
             log.warning("session %s: the owner directory was not updated: %s", session_id, exc)
 
-    async def _relayed(self, link: _Connection, session_id: str, raw: str | bytes) -> bool:
+    async def _relayed(self, link: AgentLink, session_id: str, raw: str | bytes) -> bool:
         """Relay a resumption of a call parked on another live process; False if there is none."""
         if self.directory is None:
             return False
@@ -1109,33 +572,6 @@ class AgentServer:
         except Exception:
             log.exception("session %s: on_session raised", session.id)
 
-    async def _perform(self, link: _Connection, outputs: Sequence[AgentOutput]) -> None:
-        """Queue the writes the core asks for; after a close, wait until it was written (the
-        link's close timeout bounds it). Raises SessionClosed when the link no longer takes
-        writes (it went down or is closing)."""
-        closing = False
-        for out in outputs:
-            if isinstance(out, SendText):
-                self._queue(link, out)
-            elif isinstance(out, Close):
-                link.out.close(out.code, out.reason)
-                closing = True
-            elif isinstance(out, HandshakeFailed):
-                log.warning("handshake failed: %s", out.reason)
-            elif isinstance(out, BadMessage):
-                log.warning("%s", out.error)
-            elif isinstance(out, Ignored):
-                log.debug("ignored %s", out.what)
-        if closing:
-            await link.out.wait_closed()
-
-    @staticmethod
-    def _queue(link: _Connection, frame: SendText) -> None:
-        put = link.out.control(frame)
-        if put is not Put.QUEUED:
-            reason = link.out.down.reason if link.out.down else "the link is closing"
-            raise SessionClosed(f"nothing more can be sent: {reason}")
-
     def _real_until(self, deadline: float | None) -> float | None:
         if deadline is None:
             return None
@@ -1151,15 +587,3 @@ class AgentServer:
 
 def _opt(value: str | None) -> str | msgspec.UnsetType:
     return UNSET if value is None else value
-
-
-def _opt_int(value: int | None) -> int | msgspec.UnsetType:
-    return UNSET if value is None else value
-
-
-_COMMANDS: Final = get_args(Command)
-"""What the typed sends may send through ``AgentSession._send``."""
-
-
-async def _awaited(done: Awaitable[object]) -> None:
-    await done

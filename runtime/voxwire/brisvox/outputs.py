@@ -1,5 +1,5 @@
-"""What both Brisvox cores share: the outputs neither side owns, the bounded event buffer, and
-the one way a refusal's text is cut to fit a reply.
+"""What both Brisvox cores share: the outputs neither side owns, what the agent's iteration says
+of the events it dropped, and the one way a refusal's text is cut to fit a reply.
 
 The agent side's core is :mod:`voxwire.brisvox.agent_core`, the engine side's
 :mod:`voxwire.brisvox.engine_core`; each returns these beside its own events.
@@ -7,9 +7,7 @@ The agent side's core is :mod:`voxwire.brisvox.agent_core`, the engine side's
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
-from typing import Generic, TypeVar
 
 from voxwire.brisvox.constants import MAX_REFUSAL_BYTES
 from voxwire.brisvox.errors import ProtocolError
@@ -19,7 +17,6 @@ from voxwire.errors import VoxwireError
 __all__ = [
     "BadMessage",
     "CommandFailed",
-    "EventBuffer",
     "EventsDropped",
     "HandshakeFailed",
     "refusal_text",
@@ -70,77 +67,9 @@ def refusal_text(error: ProtocolError) -> str:
     return data[: MAX_REFUSAL_BYTES - 3].decode("utf-8", "ignore") + "..."
 
 
-# -- the bounded event buffer -------------------------------------------------------------------
-
-T = TypeVar("T")
-
-
 @dataclass(frozen=True, slots=True)
 class EventsDropped:
-    """``count`` events were dropped by a full buffer; delivered where the gap is."""
+    """``count`` events were dropped by a full inbox (the application fell behind); delivered
+    where the gap is (:class:`voxwire.session.Inbox`)."""
 
     count: int
-
-
-class EventBuffer(Generic[T]):
-    """A bounded FIFO that drops the newest item when full and reports the gap, never a stall.
-
-    The count of dropped items comes out of :meth:`pop` as :class:`EventsDropped`, once the items
-    queued before the first drop are out (where the gap is). A final item (the call's end) is
-    never dropped and comes out last; nothing is accepted after it.
-    """
-
-    def __init__(self, capacity: int) -> None:
-        if capacity < 1:
-            raise ValueError(f"an event buffer holds at least 1 item, not {capacity}")
-        self.capacity = capacity
-        self._items: deque[T] = deque()
-        self._pushed = 0
-        self._popped = 0
-        self._lost = 0
-        self._gap_after = 0
-        self._final: T | None = None
-        self._final_done = False
-        self.lost_total = 0
-        """Items dropped over the buffer's life."""
-
-    def __len__(self) -> int:
-        """Items waiting (not the final one)."""
-        return len(self._items)
-
-    @property
-    def finished(self) -> bool:
-        """Whether the final item was pushed."""
-        return self._final is not None
-
-    def push(self, item: T) -> bool:
-        """Queue ``item``; return False when it was dropped (full, counted) or after the end."""
-        if self._final is not None:
-            return False
-        if len(self._items) >= self.capacity:
-            if self._lost == 0:
-                self._gap_after = self._pushed
-            self._lost += 1
-            self.lost_total += 1
-            return False
-        self._items.append(item)
-        self._pushed += 1
-        return True
-
-    def finish(self, item: T) -> None:
-        """Queue the final item (once): delivered after everything queued before it."""
-        if self._final is None:
-            self._final = item
-
-    def pop(self) -> T | EventsDropped | None:
-        """The next item, an :class:`EventsDropped` where a gap is, or None when empty."""
-        if self._lost and self._popped >= self._gap_after:
-            lost, self._lost = self._lost, 0
-            return EventsDropped(lost)
-        if self._items:
-            self._popped += 1
-            return self._items.popleft()
-        if self._final is not None and not self._final_done:
-            self._final_done = True
-            return self._final
-        return None
