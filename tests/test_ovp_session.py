@@ -81,7 +81,7 @@ def test_a_whole_call_with_events_and_audio_both_ways() -> None:
                 seen.append(message.seq)
 
             for kind in ("session.start", "transcript.final", "session.end"):
-                client.on(kind, every)  # an awaitable handler is awaited
+                client.on(kind, every)  # an awaitable handler runs as a task, in arrival order
             start = await client.connect()
             assert start.agent.name == AGENT.name and start.call.from_ == CALL.from_
             sent = await client.send_agent_input(source=ovp.InputSource.SYSTEM, text="Be kind.")

@@ -11,7 +11,7 @@ client.on("transcript.final", lambda event: print(event.text))
 start = await client.connect()                    # session.start
 await client.stream_audio(pcm)                    # paced at 20 ms a frame
 await client.send_agent_input(source=ovp.InputSource.DEVELOPER_INJECT, text="Hi")
-end = await client.run()                          # handlers until session.end
+end = await client.run()                          # until session.end; handlers as events come
 ```
 
 About the subprotocol: ``/`` is not a token character (RFC 6455 §4.1 and RFC 2616), so
@@ -28,13 +28,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from functools import partial
-from typing import Any, Final
+from typing import Any, Final, assert_never
 from urllib.parse import quote
 
 from websockets.asyncio.client import ClientConnection, connect
@@ -84,7 +83,7 @@ from voxwire.ovp._session import (
     SessionStateError,
     check_session_id,
 )
-from voxwire.ovp._transport import Inbox, open_link, perform
+from voxwire.ovp._transport import open_link, perform
 from voxwire.ovp.client_core import (
     ClientCore,
     ClientOutput,
@@ -95,6 +94,7 @@ from voxwire.ovp.client_core import (
 from voxwire.ovp.roles import ClientReceives, ClientSends
 from voxwire.redaction import install_redaction, redact
 from voxwire.sansio import Close, Ignored, SendBinary, SendText
+from voxwire.session import Handler, Handlers, Inbox
 
 __all__ = [
     "VERIFIED_WEBSOCKETS",
@@ -117,8 +117,8 @@ TokenSource = str | Callable[[], Awaitable[str]]
 """The session token, or a coroutine function that returns the token to use for each connection
 (a resume late in a call may need a fresh one)."""
 
-EventHandler = Callable[[Any], object]
-"""Called with each server event of its type; may return an awaitable, which is awaited."""
+EventHandler = Handler
+"""Called with each server event of its type; may return an awaitable, run as a task."""
 
 _OFFERED: Final = [Subprotocol(SUBPROTOCOL)]
 _FRAME_S: Final = FRAME_MS / 1000
@@ -186,7 +186,10 @@ class OVPClient(ClientSends[Coroutine[Any, Any, ClientMessage]], ClientReceives)
     ``send_dtmf_send``, ...: keyword arguments, the event's own fields) and takes a handler per
     server event type (``client.on("transcript.final", handler)``, the handler called with a
     :class:`~voxwire.ovp.TranscriptFinal`; a type the gateway does not send raises
-    ``ValueError`` at once).
+    ``ValueError`` at once). Handlers run as :mod:`voxwire.session` says for every role: in the
+    reader, in arrival order (an ``async`` one as a task); what a handler takes is not iterated
+    (``session.end`` reaches both); one that raises is logged with the session and the event
+    type and counted in ``handler_errors``. Iterate the client (or :meth:`run`) for the rest.
 
     Args:
         base_url: ``wss://host[:port]`` of the gateway (``ws://`` only to a loopback or private
@@ -211,6 +214,7 @@ class OVPClient(ClientSends[Coroutine[Any, Any, ClientMessage]], ClientReceives)
 
     Attributes:
         rejected: Bad server events and frames dropped (each logged at WARNING).
+        handler_errors: Times a handler registered with ``on()`` raised.
         ignored: Replayed duplicates and events of unknown types dropped (logged at DEBUG).
         reconnects: Connections that resumed the session.
     """
@@ -246,10 +250,10 @@ class OVPClient(ClientSends[Coroutine[Any, Any, ClientMessage]], ClientReceives)
         self._write_timeout = write_timeout
         self._keepalive = keepalive
         self._core = ClientCore(session_id, epoch=time.time() - clock.now())
-        self._events: Inbox[ServerMessage] = Inbox(max_events)
+        self._events: Inbox[ServerMessage] = Inbox(max_events, at_end=self._end_error)
         self._audio: Inbox[AudioFrame] = Inbox(max_audio)
         self._pcm: asyncio.Queue[tuple[bytes, int]] = asyncio.Queue(audio_buffer)
-        self._handlers: dict[str, list[EventHandler]] = {}
+        self._handlers = Handlers(session_id, log)
         self._link: Link | None = None
         self._recorder, self._capture = open_recorder(
             record, protocol="ovp", recorded_by="client", session_id=session_id, clock=clock
@@ -300,6 +304,11 @@ class OVPClient(ClientSends[Coroutine[Any, Any, ClientMessage]], ClientReceives)
         return self._events.lost
 
     @property
+    def handler_errors(self) -> int:
+        """Times a handler registered with ``on()`` raised."""
+        return self._handlers.errors
+
+    @property
     def audio_lost(self) -> int:
         """Server frames dropped because the application did not read :meth:`audio`."""
         return self._audio.lost
@@ -340,6 +349,7 @@ class OVPClient(ClientSends[Coroutine[Any, Any, ClientMessage]], ClientReceives)
             self._runner.cancel()
             await asyncio.gather(self._runner, return_exceptions=True)
         await self._stop_pacer()
+        self._handlers.cancel()
         if self._capture is not None:
             self._capture.close()
 
@@ -353,51 +363,27 @@ class OVPClient(ClientSends[Coroutine[Any, Any, ClientMessage]], ClientReceives)
     # ------------------------------------------------------------------ events
 
     def _on(self, message_type: str, handler: EventHandler) -> None:
-        """Register ``handler`` for ``message_type`` (:meth:`on` checked it: a server event).
+        """Register ``handler`` for ``message_type`` (:meth:`on` checked it: a server event)."""
+        self._handlers.add(message_type, handler)
 
-        Handlers run in order as the events are consumed, by :meth:`run` or by iterating the
-        client.
-        """
-        self._handlers.setdefault(message_type, []).append(handler)
-
-    def __aiter__(self) -> OVPClient:
-        return self
-
-    async def __anext__(self) -> ServerMessage:
-        """The next server event, after its handlers ran; ends after session.end.
-
-        Raises :class:`SessionFailed` at the end of a session that failed.
-        """
-        try:
-            message = await self._events.get()
-        except StopAsyncIteration:
-            over = self._core.over
-            if over is not None and over.end is None and not self._hung_up:
-                raise self._failure() from None
-            raise
-        for handler in self._handlers.get(message.type, ()):
-            result = handler(message)
-            if inspect.isawaitable(result):
-                await result
-        return message
+    def __aiter__(self) -> Inbox[ServerMessage]:
+        """The server events no handler took, in order; ends after session.end, raising
+        :class:`SessionFailed` at the end of a session that failed."""
+        return self._events
 
     async def run(self) -> SessionEnd | None:
-        """Consume every event through the handlers until the session is over.
+        """Consume every event until the session is over (the handlers run as they arrive).
 
         Returns ``session.end`` (``None`` if the client closed first); raises
         :class:`SessionFailed` for a session that failed.
         """
-        async for _ in self:
+        async for _ in self._events:
             pass
         return self.session_end
 
-    async def audio(self) -> AsyncIterator[AudioFrame]:
-        """The gateway's audio frames in order, until the session is over."""
-        while True:
-            try:
-                yield await self._audio.get()
-            except StopAsyncIteration:
-                return
+    def audio(self) -> Inbox[AudioFrame]:
+        """The gateway's audio frames in order, until the session is over (``async for``)."""
+        return self._audio
 
     async def _send(self, kind: type[ClientMessage], fields: dict[str, Any]) -> ClientMessage:
         """The one send path of every typed ``send_*`` method: one client event of ``fields``;
@@ -605,35 +591,47 @@ class OVPClient(ClientSends[Coroutine[Any, Any, ClientMessage]], ClientReceives)
         link = self._link if link is None else link
         written = True
         for item in out:
-            if isinstance(item, SendText | SendBinary | Close):
-                put = Put.CLOSED if link is None else perform(link, item, event=event)
-                written = written and put is Put.QUEUED
-            elif isinstance(item, ServerEvent):
-                if not self._events.put(item.message):
+            match item:
+                case ServerEvent(message=message):
+                    self._event(message)
+                case AudioIn(frame=frame):
+                    self._audio.put(frame)
+                case SendText() | SendBinary() | Close():
+                    put = Put.CLOSED if link is None else perform(link, item, event=event)
+                    written = written and put is Put.QUEUED
+                case Sent():
+                    pass  # the caller's to return
+                case Rejected(error=error):
+                    self.rejected += 1
                     log.warning(
-                        "session %s: %s lost: the application is not keeping up",
-                        self.session_id,
-                        item.message.type,
+                        "session %s: dropped a bad server message: %s", self.session_id, error
                     )
-                if isinstance(item.message, SessionStart):
+                case Ignored(what=what):
+                    self.ignored += 1
+                    log.debug("session %s: ignored %s", self.session_id, what)
+                case Dropped(resume_by=resume_by):
+                    self._resume_by = resume_by
+                    log.info("session %s: link dropped, resuming", self.session_id)
+                case SessionOver(detail=detail):
+                    log.info("session %s is over: %s", self.session_id, detail)
                     self._notify()
-            elif isinstance(item, AudioIn):
-                self._audio.put(item.frame)
-            elif isinstance(item, Rejected):
-                self.rejected += 1
-                log.warning(
-                    "session %s: dropped a bad server message: %s", self.session_id, item.error
-                )
-            elif isinstance(item, Ignored):
-                self.ignored += 1
-                log.debug("session %s: ignored %s", self.session_id, item.what)
-            elif isinstance(item, Dropped):
-                self._resume_by = item.resume_by
-                log.info("session %s: link dropped, resuming", self.session_id)
-            elif isinstance(item, SessionOver):
-                log.info("session %s is over: %s", self.session_id, item.detail)
-                self._notify()
+                case _:
+                    assert_never(item)
         return written
+
+    def _event(self, message: ServerMessage) -> None:
+        """A server event: to its handlers, else (and session.end always) to the iteration."""
+        message_type = message.type
+        handlers = self._handlers
+        handled = message_type in handlers.types and handlers.dispatch(message_type, message)
+        if (not handled or type(message) is SessionEnd) and not self._events.put(message):
+            log.warning(
+                "session %s: %s lost: the application is not keeping up",
+                self.session_id,
+                message_type,
+            )
+        if type(message) is SessionStart:
+            self._notify()
 
     async def _room(self) -> Link:
         """The current link once the session is live and its queue has room for an event."""
@@ -654,6 +652,13 @@ class OVPClient(ClientSends[Coroutine[Any, Any, ClientMessage]], ClientReceives)
 
     async def _wait_change(self) -> None:
         await self._changed.wait()
+
+    def _end_error(self) -> SessionFailed | None:
+        """What ends the iteration of a session that failed (not of one the client hung up)."""
+        over = self._core.over
+        if over is not None and over.end is None and not self._hung_up:
+            return self._failure()
+        return None
 
     def _failure(self) -> SessionFailed:
         over = self._core.over
