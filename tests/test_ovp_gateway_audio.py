@@ -29,7 +29,6 @@ from tests.test_ovp_support import (
     serving,
 )
 from voxwire import ovp
-from voxwire.ovp._transport import Inbox
 from voxwire.ovp.gateway import GatewaySession
 from voxwire.ovp.gateway_core import GatewayOutput
 
@@ -231,23 +230,3 @@ def test_a_dropped_connection_is_let_go_while_the_session_waits_for_its_resume()
         run(main())
     finally:
         gc.enable()
-
-
-def test_an_inbox_consumer_cancelled_while_waiting_leaves_the_next_item_to_the_next_one() -> None:
-    async def main() -> None:
-        inbox: Inbox[int] = Inbox(2)
-        first = asyncio.create_task(inbox.get())
-        await asyncio.sleep(0)
-        first.cancel()
-        await asyncio.gather(first, return_exceptions=True)
-        assert inbox.put(1) and inbox.put(2)
-        assert not inbox.put(3) and inbox.lost == 1  # the bound
-        assert [await inbox.get(), await inbox.get()] == [1, 2]
-        waiting = [asyncio.create_task(inbox.get()) for _ in range(2)]
-        await asyncio.sleep(0)
-        inbox.put(4)
-        inbox.close()
-        results = await asyncio.gather(*waiting, return_exceptions=True)
-        assert results[0] == 4 and isinstance(results[1], StopAsyncIteration)
-
-    run(main())

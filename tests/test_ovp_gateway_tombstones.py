@@ -64,7 +64,7 @@ def test_ended_sessions_are_refused_then_forgotten_in_order_by_one_task() -> Non
             await clock.sleep(GAP_S)
             second, _ = await end_one(gateway, SECOND)
             for session in (first, second):  # a tombstone holds no task and no timer
-                assert session._handler is None and session._timer is None
+                assert session._handler is None and session._timer.at is None
             reaper = gateway._reaper
             assert reaper is not None and not reaper.done()
             assert await refused(gateway, FIRST) == "OVP_RESUME_EXPIRED"

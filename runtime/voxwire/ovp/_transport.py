@@ -1,15 +1,12 @@
 """What the OVP client and gateway share on ``websockets``: the link each connection writes
-through, and the bounded inbox to the application.
+through (the inbox to the application is the session layer's, :mod:`voxwire.session`).
 
 Not public: :mod:`voxwire.ovp.client` and :mod:`voxwire.ovp.gateway` are.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections import deque
 from collections.abc import Callable
-from typing import Generic, TypeVar
 
 from websockets.asyncio.connection import Connection
 from websockets.protocol import State
@@ -20,9 +17,7 @@ from voxwire.ovp import PING_INTERVAL_MS, SILENCE_TIMEOUT_MS
 from voxwire.ovp._session import STREAM_WINDOW
 from voxwire.sansio import Action, Close
 
-__all__ = ["Inbox", "open_link", "perform"]
-
-T = TypeVar("T")
+__all__ = ["open_link", "perform"]
 
 
 def open_link(
@@ -76,60 +71,3 @@ def perform(link: Link, action: Action, *, event: bool = False) -> Put:
             link.close(action.code, action.reason)
         return Put.QUEUED
     return link.event(action) if event else link.control(action)
-
-
-class Inbox(Generic[T]):
-    """A bounded queue from the reader to the application that never makes the reader wait.
-
-    An item that finds it full is dropped and counted (``lost``); :meth:`close` ends it once what
-    it holds is taken. Each waiting consumer waits on a future of its own (no ``asyncio.Event``,
-    which looks its loop up on every wait): one audio frame wakes the application for the price
-    of that future.
-    """
-
-    def __init__(self, maxsize: int) -> None:
-        self.maxsize = maxsize
-        self.lost = 0
-        self.closed = False
-        self._items: deque[T] = deque()
-        self._waiters: list[asyncio.Future[None]] = []
-
-    def put(self, item: T) -> bool:
-        """Add ``item``; ``False`` (and counted in ``lost``) when the inbox is full or closed."""
-        if self.closed or len(self._items) >= self.maxsize:
-            self.lost += 1
-            return False
-        self._items.append(item)
-        if self._waiters:
-            self._wake()
-        return True
-
-    def close(self) -> None:
-        """No more items: :meth:`get` raises ``StopAsyncIteration`` once the inbox is empty."""
-        self.closed = True
-        self._wake()
-
-    def __len__(self) -> int:
-        """Items waiting to be taken."""
-        return len(self._items)
-
-    async def get(self) -> T:
-        """The oldest item; ``StopAsyncIteration`` once closed and empty."""
-        items = self._items
-        while not items:
-            if self.closed:
-                raise StopAsyncIteration
-            waiter = asyncio.get_running_loop().create_future()
-            self._waiters.append(waiter)
-            try:
-                await waiter
-            finally:
-                if waiter in self._waiters:  # cancelled before any put woke it
-                    self._waiters.remove(waiter)
-        return items.popleft()
-
-    def _wake(self) -> None:
-        waiters, self._waiters = self._waiters, []
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
