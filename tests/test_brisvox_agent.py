@@ -24,7 +24,7 @@ from voxwire.brisvox.agent import (
     CommandFailed,
     CommandTimeout,
     EventsDropped,
-    LinkClosed,
+    LinkDown,
     Reject,
     Resumed,
     SessionClosed,
@@ -445,7 +445,7 @@ async def test_a_failing_writer_takes_the_link_down_and_the_call_ends_or_parks(
                 await asyncio.sleep(0.005)
         assert session.parked is resume
         if not resume:
-            [closed] = await recorder.wait_for(LinkClosed)
+            [closed] = await recorder.wait_for(LinkDown)
             assert "the writer failed" in closed.reason
         with pytest.raises(SessionClosed):
             await session.send_say(text="too late")
@@ -496,7 +496,7 @@ async def test_a_binary_frame_is_ignored_and_a_too_large_message_closes_the_link
         await engine.send(big)
         code, _ = await engine.closed()
         assert code == 1009
-        [closed] = await recorder.wait_for(LinkClosed)
+        [closed] = await recorder.wait_for(LinkDown)
         assert closed.reason
 
 
@@ -567,7 +567,7 @@ async def test_a_parked_call_expires_after_the_window() -> None:
         before = time.monotonic()
         await engine.close()
         lost = time.monotonic()
-        [closed] = await recorder.wait_for(LinkClosed)
+        [closed] = await recorder.wait_for(LinkDown)
         ended = time.monotonic()
         assert "resume window" in closed.reason and server.calls == 0
         # never early; late by no more than the loop was: the agent's reader, its expiry timer
@@ -619,5 +619,5 @@ async def test_closing_the_server_ends_parked_calls() -> None:
         async with asyncio.timeout(DEADLINE):
             while not recorder.sessions or not recorder.sessions[0].parked:
                 await asyncio.sleep(0.005)
-    [closed] = await recorder.wait_for(LinkClosed)
+    [closed] = await recorder.wait_for(LinkDown)
     assert "closed" in closed.reason

@@ -17,7 +17,7 @@ from websockets.asyncio.server import ServerConnection, serve
 from tests.peers.raw import DEADLINE, aio
 from tests.timing import STEP, Lateness
 from voxwire import brisvox
-from voxwire.brisvox.agent import AgentServer, AgentSession, LinkClosed, Resumed, Tool, ToolContext
+from voxwire.brisvox.agent import AgentServer, AgentSession, LinkDown, Resumed, Tool, ToolContext
 from voxwire.brisvox.engine import (
     AgentTarget,
     CABundleError,
@@ -28,7 +28,7 @@ from voxwire.brisvox.engine import (
     load_config,
     sip_user_part,
 )
-from voxwire.brisvox.engine_core import AgentAccepted, LinkDown, LinkSettings, ToolOutcome
+from voxwire.brisvox.engine_core import AgentAccepted, LinkSettings, ToolOutcome
 from voxwire.brisvox.outputs import HandshakeFailed
 from voxwire.brisvox.testing import AgentCall, AgentRefused
 from voxwire.clock import ScaledClock
@@ -272,7 +272,7 @@ async def test_an_agent_without_resume_is_not_reconnected() -> None:
             await _wait_until(lambda: call.link.gone)
             [down] = [n for n in call.notices if isinstance(n, LinkDown)]
             assert down.reconnect_in is None
-        await _wait_until(lambda: luigi.events and isinstance(luigi.events[-1], LinkClosed))
+        await _wait_until(lambda: luigi.events and isinstance(luigi.events[-1], LinkDown))
 
 
 @aio

@@ -13,10 +13,11 @@ every message a link writes, and a Struct is built in a fifth of the time.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 
 import msgspec
 
-__all__ = ["Action", "Close", "Ignored", "SendBinary", "SendText"]
+__all__ = ["Action", "Close", "DownCause", "Ignored", "LinkDown", "SendBinary", "SendText"]
 
 
 class SendText(msgspec.Struct, frozen=True):
@@ -52,3 +53,37 @@ class Ignored:
 
 Action = SendText | SendBinary | Close
 """What every core may ask its adapter to do; protocol cores add event types of their own."""
+
+
+class DownCause(Enum):
+    """Why a link went down, as its writer (:class:`voxwire.link.Link`) saw it."""
+
+    DRAIN_TIMEOUT = "drain_timeout"
+    """What was queued could not be written within the drain timeout."""
+    SILENCE = "silence"
+    """Nothing (no frame, no pong) was heard for the keepalive's silence timeout."""
+    CLOSED = "closed"
+    """The connection closed under the writer."""
+    OVERFLOW = "overflow"
+    """The control queue passed its bound: the peer is not reading."""
+    WRITER_FAILED = "writer_failed"
+    """The writer raised an unexpected error (logged with its traceback)."""
+    ABORTED = "aborted"
+    """The role took the link down (:meth:`voxwire.link.Link.abort`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LinkDown:
+    """A link went down (the one word for a connection that is gone): why, in words, and what
+    follows.
+
+    The link's writer reports it with its ``cause``; the Brisvox engine's core with
+    ``reconnect_in``, the seconds until the next attempt (None: the call goes on without the
+    agent); a Brisvox agent's call that ends without ``session.end`` ends with one.
+    """
+
+    reason: str
+    reconnect_in: float | None = None
+    """Seconds until the next connection attempt; None when none follows."""
+    cause: DownCause | None = None
+    """Why, when the link's writer took it down (None when a core or a session reports it)."""

@@ -49,7 +49,6 @@ from voxwire.brisvox.agent_session import (
     AgentSession,
     CallHost,
     CommandTimeout,
-    LinkClosed,
     Resumed,
     SessionEvent,
 )
@@ -83,7 +82,7 @@ from voxwire.cluster.relay import RelayFailed, carry, open_relay
 from voxwire.errors import SessionClosed
 from voxwire.hosts import is_loopback
 from voxwire.link import Keepalive, Link, Outbound, Overflow
-from voxwire.sansio import Close
+from voxwire.sansio import Close, LinkDown
 from voxwire.session import DeadlineTimer
 
 __all__ = [
@@ -93,7 +92,7 @@ __all__ = [
     "CommandFailed",
     "CommandTimeout",
     "EventsDropped",
-    "LinkClosed",
+    "LinkDown",
     "Reject",
     "Resumed",
     "SessionClosed",

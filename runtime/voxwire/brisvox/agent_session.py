@@ -51,7 +51,7 @@ from voxwire.capture import CaptureWriter, Recorder
 from voxwire.clock import Clock
 from voxwire.errors import SessionClosed
 from voxwire.link import Link, Put
-from voxwire.sansio import Close, Ignored, SendText
+from voxwire.sansio import Close, Ignored, LinkDown, SendText
 from voxwire.session import DeadlineTimer, Handler, Handlers, Inbox
 
 __all__ = [
@@ -59,7 +59,7 @@ __all__ = [
     "AgentSession",
     "CallHost",
     "CommandTimeout",
-    "LinkClosed",
+    "LinkDown",
     "Resumed",
     "SessionEvent",
 ]
@@ -79,16 +79,10 @@ class Resumed:
     seq: int
 
 
-@dataclass(frozen=True, slots=True)
-class LinkClosed:
-    """The call ended for the agent without a ``session.end`` (the link was lost, a parked call
-    was not resumed in time, or the server shut down)."""
-
-    reason: str
-
-
-SessionEvent: TypeAlias = Delivered | EventsDropped | Resumed | LinkClosed
-"""What iterating an :class:`AgentSession` yields; the last one is a SessionEnd or LinkClosed."""
+SessionEvent: TypeAlias = Delivered | EventsDropped | Resumed | LinkDown
+"""What iterating an :class:`AgentSession` yields; the last one is a SessionEnd, or a LinkDown
+when the call ends without one (its link went down and was not resumed in time, or the server
+shut down)."""
 
 
 class CommandTimeout(CommandFailed, TimeoutError):
@@ -190,7 +184,7 @@ class AgentSession(AgentSends[Coroutine[Any, Any, CommandResult]], AgentReceives
     command; the id is the session's, ``c1``, ``c2``...), or :meth:`command` with a message
     object (a chosen ``id``, a ``timeout``): one path. Iterate the session (``async for event
     in session``) for the events in the server's order; the last one is the server's
-    ``SessionEnd`` or a :class:`LinkClosed`. Commands wait for their ``command.result``: ok
+    ``SessionEnd`` or a :class:`LinkDown`. Commands wait for their ``command.result``: ok
     returns it, a refusal raises ``CommandFailed``, no answer in time raises
     ``CommandTimeout``, a closed or parked link :class:`~voxwire.errors.SessionClosed`.
 
@@ -355,7 +349,7 @@ class AgentSession(AgentSends[Coroutine[Any, Any, CommandResult]], AgentReceives
             if link.timer is not None:
                 link.timer.cancel()
             down = link.out.down  # the writer took it down (drain timeout, silence, a fault)
-            self._link_lost(link, down.reason if down else "the link closed")
+            self._link_down(link, down.reason if down else "the link closed")
             if self._ended:
                 self._close_capture()
 
@@ -388,7 +382,7 @@ class AgentSession(AgentSends[Coroutine[Any, Any, CommandResult]], AgentReceives
 
     def give_up(self, reason: str) -> None:
         """The call ends without its link (the resume window passed, the server closes)."""
-        self._end(LinkClosed(reason))
+        self._end(LinkDown(reason))
 
     # -- the core's outputs ---------------------------------------------------------------------
 
@@ -454,7 +448,7 @@ class AgentSession(AgentSends[Coroutine[Any, Any, CommandResult]], AgentReceives
                 future.set_exception(SessionClosed(f"session {self.id}: {reason}"))
         self._tools.link_closed()
 
-    def _link_lost(self, link: AgentLink, reason: str) -> None:
+    def _link_down(self, link: AgentLink, reason: str) -> None:
         if self._link is not link:
             return  # a resumption took the call over
         self._wind_down(link, reason)
@@ -464,9 +458,9 @@ class AgentSession(AgentSends[Coroutine[Any, Any, CommandResult]], AgentReceives
             if self._recorder is not None:
                 self._recorder.link("lost")
         else:
-            self._end(LinkClosed(reason))
+            self._end(LinkDown(reason))
 
-    def _end(self, event: SessionEnd | LinkClosed) -> None:
+    def _end(self, event: SessionEnd | LinkDown) -> None:
         if self._ended:
             return
         self._host.forget(self)

@@ -81,7 +81,6 @@ from voxwire.capture import Record, open_recorder
 from voxwire.clock import SYSTEM_CLOCK, Clock
 from voxwire.errors import ConfigError
 from voxwire.link import Keepalive, Link, Outbound, Overflow
-from voxwire.link import LinkDown as WireDown
 from voxwire.sansio import Close, Ignored, SendText
 from voxwire.session import DeadlineTimer, Handler, Handlers, Inbox
 
@@ -432,7 +431,7 @@ class EngineLink(EngineSends[None], EngineReceives):
             name=f"agent {self.target.url.redacted}",
         )
 
-    def _link_down(self, number: int, down: WireDown) -> None:
+    def _link_down(self, number: int, down: LinkDown) -> None:
         """The link went down under the writer (drain timeout, silence, a failed write): the
         core's link-down path, then reconnecting or the fallback."""
         if self.core.link == number:

@@ -95,7 +95,7 @@ from voxwire.brisvox.outputs import (
     refusal_text,
 )
 from voxwire.machine import step
-from voxwire.sansio import Close, Ignored, SendText
+from voxwire.sansio import Close, Ignored, LinkDown, SendText
 
 __all__ = [
     "AgentAccepted",
@@ -276,14 +276,6 @@ class ToolFinished:
     late: bool = False
     message: ToolResult | None = field(default=None, compare=False)
     """The agent's tool.result, when it came from the agent."""
-
-
-@dataclass(frozen=True, slots=True)
-class LinkDown:
-    """The link went down; ``reconnect_in`` seconds until the next attempt, or None (final)."""
-
-    reason: str
-    reconnect_in: float | None
 
 
 class SendEvent(SendText, frozen=True):

@@ -38,8 +38,6 @@ import asyncio
 import logging
 import weakref
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from enum import Enum
 from typing import Final
 
 from websockets.asyncio.connection import Connection
@@ -49,7 +47,7 @@ from websockets.protocol import State
 from voxwire.clock import Clock
 from voxwire.link.keepalive import Keepalive, KeepaliveAction
 from voxwire.link.outbound import Frame, Outbound, Put
-from voxwire.sansio import Close, SendText
+from voxwire.sansio import Close, DownCause, LinkDown, SendText
 
 __all__ = ["DownCause", "Link", "LinkDown"]
 
@@ -58,31 +56,6 @@ log = logging.getLogger(__name__)
 # Bound once: an Enum member look-up is a call on Python 3.11, and these are tested per message.
 _QUEUED: Final = Put.QUEUED
 _OPEN: Final = State.OPEN
-
-
-class DownCause(Enum):
-    """Why a link went down."""
-
-    DRAIN_TIMEOUT = "drain_timeout"
-    """What was queued could not be written within the drain timeout."""
-    SILENCE = "silence"
-    """Nothing (no frame, no pong) was heard for the keepalive's silence timeout."""
-    CLOSED = "closed"
-    """The connection closed under the writer."""
-    OVERFLOW = "overflow"
-    """The control queue passed its bound: the peer is not reading."""
-    WRITER_FAILED = "writer_failed"
-    """The writer raised an unexpected error (logged with its traceback)."""
-    ABORTED = "aborted"
-    """The role took the link down (:meth:`Link.abort`)."""
-
-
-@dataclass(frozen=True, slots=True)
-class LinkDown:
-    """The link went down: why, in words."""
-
-    cause: DownCause
-    reason: str
 
 
 class Link:
@@ -456,7 +429,7 @@ class Link:
     def _go_down(self, cause: DownCause, reason: str, *, peer_closed: bool = False) -> None:
         if self.down is not None:
             return
-        self.down = LinkDown(cause, reason)
+        self.down = LinkDown(reason, cause=cause)
         self.outbound.fail()
         if not peer_closed:  # else websockets finishes the closing handshake the peer began
             self.ws.transport.abort()
