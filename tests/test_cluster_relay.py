@@ -17,9 +17,10 @@ from tests.faultproxy import FaultProxy
 from tests.peers.raw import aio
 from tests.servers import free_port
 from tests.timing import STEP, Lateness
-from voxwire.clock import ScaledClock
+from voxwire.clock import SYSTEM_CLOCK, Clock, ScaledClock
 from voxwire.cluster import Owner
-from voxwire.cluster.relay import Keepalive, RelayFailed, RelayResult, relay
+from voxwire.cluster.relay import RelayFailed, RelayResult, relay
+from voxwire.link import Keepalive
 
 SUBPROTOCOL = "voxwire.orbit-voice.1.0"
 
@@ -157,21 +158,22 @@ async def test_an_owner_that_is_gone_fails_fast_before_anything_is_relayed() -> 
 
 
 @pytest.mark.parametrize(
-    "keepalive",
+    ("keepalive", "clock"),
     [
-        Keepalive(interval=0.1, timeout=0.2),
-        Keepalive(interval=10.0, timeout=20.0, clock=ScaledClock(100)),  # the same in real time
+        (Keepalive(ping_interval=0.1, silence_timeout=0.3, now=0.0), SYSTEM_CLOCK),
+        # the same in real time
+        (Keepalive(ping_interval=10.0, silence_timeout=30.0, now=0.0), ScaledClock(100)),
     ],
     ids=["system-clock", "scaled-clock"],
 )
 @aio
 async def test_a_client_that_goes_silent_behind_the_relay_is_dropped_on_both_sides(
-    keepalive: Keepalive,
+    keepalive: Keepalive, clock: Clock
 ) -> None:
     results: list[RelayResult | Exception] = []
     async with (
         owner_server() as (owner, _),
-        front(owner, results, keepalive=keepalive) as port,
+        front(owner, results, keepalive=keepalive, clock=clock) as port,
         FaultProxy(port) as proxy,
         _client(proxy.port) as ws,
         Lateness() as late,
@@ -183,8 +185,8 @@ async def test_a_client_that_goes_silent_behind_the_relay_is_dropped_on_both_sid
         while not results:
             await asyncio.sleep(STEP)
         ended = time.monotonic()
-        # the next ping within an interval, its pong missed a timeout later; then this poll
-        bound = keepalive.interval + keepalive.timeout
+        # down one silence timeout after the last pong, which came before the blackhole
+        bound = clock.real_seconds(keepalive.silence_timeout)
         assert ended - started <= bound + late.allowance(started, ended, hops=4)
     assert isinstance(results[0], RelayResult) and results[0].closed_by == "drop"
 

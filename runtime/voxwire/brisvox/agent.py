@@ -77,7 +77,6 @@ from voxwire.brisvox.outputs import BadMessage, CommandFailed, EventsDropped
 from voxwire.capture import Record, open_recorder
 from voxwire.clock import SYSTEM_CLOCK, Clock
 from voxwire.cluster import Directory, StoreUnavailable, other_owner
-from voxwire.cluster.relay import Keepalive as RelayKeepalive
 from voxwire.cluster.relay import RelayFailed, carry, open_relay
 from voxwire.errors import SessionClosed
 from voxwire.hosts import is_loopback
@@ -556,9 +555,9 @@ class AgentServer:
             return False
         log.info("session %s: parked on %s; relaying the resumption", session_id, owner.process_id)
         await link.out.stop()  # the owner's link speaks on this connection now
-        silence = (SILENCE_TIMEOUT_MS - PING_INTERVAL_MS) / 1000
-        keepalive = RelayKeepalive(PING_INTERVAL_MS / 1000, silence, self.clock)
-        await carry(link.ws, upstream, owner, first=[raw], keepalive=keepalive)
+        # The link's own keepalive policy, for both sides of the relay.
+        keepalive = link.out.keepalive
+        await carry(link.ws, upstream, owner, first=[raw], keepalive=keepalive, clock=self.clock)
         return True
 
     # -- plumbing -------------------------------------------------------------------------------

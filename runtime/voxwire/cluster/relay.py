@@ -12,9 +12,10 @@ binary, in order, until one side closes. The owner sees an ordinary resume.
   client sees its link drop, as it would have at the owner, and may resume again.
 - An owner that cannot be reached within ``open_timeout`` raises :class:`RelayFailed` before
   anything was sent to the client: the caller refuses the resume as if no owner existed.
-- Pings do not cross a relay (each hop answers its own), so the relay pings both sides itself
-  (:class:`Keepalive`, the protocol's interval, on the role's clock): a side that went silent is
-  dropped, and the other with it.
+- Pings do not cross a relay (each hop answers its own), so the relay pings both sides itself,
+  each side under its own copy of the link's keepalive policy (:class:`voxwire.link.Keepalive`:
+  the protocol's ping interval and silence timeout, on the role's clock): a side whose pongs
+  stopped for the silence timeout is dropped, and the other with it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import contextlib
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import assert_never
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.asyncio.connection import Connection
@@ -35,8 +37,9 @@ from voxwire.clock import SYSTEM_CLOCK, Clock
 from voxwire.cluster.directory import Owner
 from voxwire.errors import VoxwireError
 from voxwire.hosts import redact_url
+from voxwire.link.keepalive import Keepalive, KeepaliveAction
 
-__all__ = ["Keepalive", "RelayFailed", "RelayResult", "carry", "open_relay", "relay"]
+__all__ = ["RelayFailed", "RelayResult", "carry", "open_relay", "relay"]
 
 _log = logging.getLogger(__name__)
 
@@ -65,6 +68,7 @@ async def relay(
     open_timeout: float = 2.0,
     max_size: int | None = None,
     keepalive: Keepalive | None = None,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> RelayResult:
     """Carry ``link`` (already accepted here) to ``owner``, which serves the same ``path``
     (path and query of the original request); return when the relayed link ends.
@@ -81,7 +85,7 @@ async def relay(
         open_timeout=open_timeout,
         max_size=max_size,
     )
-    return await carry(link, upstream, owner, first=first, keepalive=keepalive)
+    return await carry(link, upstream, owner, first=first, keepalive=keepalive, clock=clock)
 
 
 async def open_relay(
@@ -117,18 +121,6 @@ async def open_relay(
         raise RelayFailed(f"the owner {owner.process_id} at {redact_url(url)}: {why}") from exc
 
 
-@dataclass(frozen=True)
-class Keepalive:
-    """How a relay keeps both of its connections alive: a ping every ``interval`` seconds on
-    each, and a side whose pong has not come ``timeout`` seconds later is taken for dropped (a
-    black-holed client, an owner behind a dead route): both sides are dropped then. Both are
-    seconds of ``clock`` (the role's)."""
-
-    interval: float
-    timeout: float
-    clock: Clock = SYSTEM_CLOCK
-
-
 async def carry(
     link: Connection,
     upstream: ClientConnection,
@@ -136,20 +128,26 @@ async def carry(
     *,
     first: Iterable[str | bytes] = (),
     keepalive: Keepalive | None = None,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> RelayResult:
     """Send ``first`` to the owner, then copy both ways until one side ends (see the module).
 
     Neither end pings through a relay (each hop answers pings by itself), so a relay without
-    ``keepalive`` would never notice a side that went silent: give it the protocol's.
+    ``keepalive`` would never notice a side that went silent: give it the protocol's policy
+    (each side runs a copy of it, from its ping interval and silence timeout, on ``clock``).
     """
     async with upstream:
         for message in first:
             await upstream.send(message)
-        return await _pump(link, upstream, owner, keepalive)
+        return await _pump(link, upstream, owner, keepalive, clock)
 
 
 async def _pump(
-    link: Connection, upstream: ClientConnection, owner: Owner, keepalive: Keepalive | None
+    link: Connection,
+    upstream: ClientConnection,
+    owner: Owner,
+    keepalive: Keepalive | None,
+    clock: Clock,
 ) -> RelayResult:
     counts = {"to_owner": 0, "from_owner": 0}
 
@@ -160,18 +158,32 @@ async def _pump(
 
     async def watch(side: Connection) -> None:
         assert keepalive is not None
-        clock = keepalive.clock
+        policy = Keepalive(
+            ping_interval=keepalive.ping_interval,
+            silence_timeout=keepalive.silence_timeout,
+            now=clock.now(),
+        )
+
+        def pong(waiter: asyncio.Future[float]) -> None:
+            if not waiter.cancelled() and waiter.exception() is None:
+                policy.heard(clock.now())
+
         while True:
-            await clock.sleep(keepalive.interval)
-            pong = await side.ping()
-            try:
-                async with asyncio.timeout(clock.real_seconds(keepalive.timeout)):
-                    await pong
-            except TimeoutError:
-                _log.info(
-                    "relay to %s: no pong in %g s; dropping", owner.process_id, keepalive.timeout
-                )
-                return
+            await clock.sleep(policy.next_deadline() - clock.now())
+            match policy.tick(clock.now()):
+                case KeepaliveAction.PING:
+                    asyncio.ensure_future(await side.ping()).add_done_callback(pong)
+                case KeepaliveAction.DOWN:
+                    _log.info(
+                        "relay to %s: no pong in %g s; dropping",
+                        owner.process_id,
+                        policy.silence_timeout,
+                    )
+                    return
+                case KeepaliveAction.NOTHING:
+                    pass
+                case action:
+                    assert_never(action)
 
     to_owner = asyncio.create_task(copy(link, upstream, "to_owner"))
     from_owner = asyncio.create_task(copy(upstream, link, "from_owner"))

@@ -42,13 +42,14 @@ from websockets.http11 import Request, Response
 from voxwire.capture import Record
 from voxwire.clock import SYSTEM_CLOCK, Clock
 from voxwire.cluster import Directory, StoreUnavailable, other_owner
-from voxwire.cluster.relay import Keepalive as RelayKeepalive
 from voxwire.cluster.relay import RelayFailed, carry, open_relay
 from voxwire.hosts import is_loopback
+from voxwire.link import Keepalive
 from voxwire.ovp import (
     ENDPOINT_PATH,
     MAX_RECEIVE_BYTES,
     MAX_TOKEN_LIFETIME_S,
+    PING_INTERVAL_MS,
     SILENCE_TIMEOUT_MS,
     SUBPROTOCOL,
     SUBPROTOCOL_ALIAS,
@@ -310,9 +311,14 @@ class Gateway:
             )
             return False
         log.info("session %s: held by %s; relaying the connection", session_id, owner.process_id)
-        # The gateway's own rule: silent for `keepalive` seconds is dropped, pinged twice as often.
-        half = self.keepalive / 2
-        await carry(ws, upstream, owner, keepalive=RelayKeepalive(half, half, self.clock))
+        # The gateway's own rule (voxwire.ovp._transport.open_link): silent for `keepalive`
+        # seconds is dropped, pinged as the spec's interval is to its silence timeout.
+        keepalive = Keepalive(
+            ping_interval=self.keepalive * PING_INTERVAL_MS / SILENCE_TIMEOUT_MS,
+            silence_timeout=self.keepalive,
+            now=self.clock.now(),
+        )
+        await carry(ws, upstream, owner, keepalive=keepalive, clock=self.clock)
         return True
 
     def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
