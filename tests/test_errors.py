@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 
 from tests.public import public_modules, public_names
-from voxwire.errors import VoxwireError
+from voxwire.errors import HandshakeError, VoxwireError
+from voxwire.ovp import client
 
 
 def _voxwire_exceptions() -> dict[str, type[BaseException]]:
@@ -35,3 +38,10 @@ def test_the_walk_finds_the_exceptions_of_every_area() -> None:
 @pytest.mark.parametrize("name", sorted(EXCEPTIONS))
 def test_every_public_exception_is_a_voxwire_error(name: str) -> None:
     assert issubclass(EXCEPTIONS[name], VoxwireError), f"{name} is not a VoxwireError"
+
+
+def test_handshake_error_is_one_class_that_keeps_its_status_and_code_through_pickling() -> None:
+    assert client.HandshakeError is HandshakeError
+    refused = HandshakeError("the gateway answered HTTP 400", status=400, code="OVP_X")
+    again = pickle.loads(pickle.dumps(refused))
+    assert (str(again), again.status, again.code) == (str(refused), 400, "OVP_X")

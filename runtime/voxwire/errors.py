@@ -93,7 +93,26 @@ class ConfigError(VoxwireError, ValueError):
 
 
 class HandshakeError(VoxwireError):
-    """The peer refused the session, or the handshake failed; the message says how."""
+    """The peer refused the session, or the handshake failed; the message says how (and never
+    holds a token).
+
+    Attributes:
+        status: The HTTP status of an answer that refused the WebSocket upgrade (101 when the
+            upgrade succeeded but the subprotocol did not), or ``None``.
+        code: The protocol's error code the peer named (``OVP_SUBPROTOCOL_MISMATCH``...), or
+            ``None``.
+    """
+
+    status: int | None
+    code: str | None
+
+    def __init__(self, message: str, *, status: int | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_handshake, (type(self), str(self), self.status, self.code))
 
 
 class SessionClosed(VoxwireError, ConnectionError):
@@ -109,3 +128,9 @@ def _rebuild(
     cls: type[ProtocolError], code: str, detail: str, path: str | None, message_type: str | None
 ) -> ProtocolError:
     return cls(code, detail, path=path, message_type=message_type)
+
+
+def _rebuild_handshake(
+    cls: type[HandshakeError], message: str, status: int | None, code: str | None
+) -> HandshakeError:
+    return cls(message, status=status, code=code)

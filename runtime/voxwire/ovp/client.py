@@ -48,10 +48,9 @@ from websockets.exceptions import (
 )
 from websockets.typing import Subprotocol
 
-from voxwire import errors
 from voxwire.capture import Record, open_recorder
 from voxwire.clock import SYSTEM_CLOCK, Clock
-from voxwire.errors import VoxwireError
+from voxwire.errors import HandshakeError, VoxwireError
 from voxwire.hosts import check_url
 from voxwire.link import Link, Put
 from voxwire.ovp import (
@@ -124,22 +123,6 @@ _OFFERED: Final = [Subprotocol(SUBPROTOCOL)]
 _FRAME_S: Final = FRAME_MS / 1000
 _RECONNECT_FIRST_S: Final = RECONNECT_BACKOFF_INITIAL_MS / 1000
 _RECONNECT_MAX_S: Final = RECONNECT_BACKOFF_MAX_MS / 1000
-
-
-class HandshakeError(errors.HandshakeError):
-    """The gateway refused or botched the WebSocket upgrade; the text never holds the token.
-
-    Attributes:
-        status: The HTTP status of the answer (101 when the upgrade succeeded but the
-            subprotocol did not), or ``None``.
-        code: ``OVP_SUBPROTOCOL_MISMATCH`` when the gateway said so or did not echo the
-            subprotocol, else ``None``.
-    """
-
-    def __init__(self, message: str, *, status: int | None = None, code: str | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
 
 
 class SessionFailed(VoxwireError):
