@@ -242,6 +242,8 @@ class Message:
     """The one field set the message's shared fields come from (its base class), if one."""
     stamped: bool
     """The sending end's core builds and sends it whole: no typed send method."""
+    send_method: str
+    """The name of its sender's typed send method (the spec's ``send_method``, or derived)."""
     session: str | None = None
     """Its part in the session (``start``, ``resume``...: the format's ``session``), if one."""
 

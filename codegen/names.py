@@ -179,9 +179,10 @@ def state_group(role: str, group: str) -> str:
     return f"{role.upper()}_{group.upper()}"
 
 
-def send_method(wire_type: str) -> str:
-    """``agent.input`` -> ``send_agent_input``: a role's typed send of one message."""
-    return "send_" + "_".join(_WORD.findall(wire_type)).lower()
+def send_method(wire_type: str, override: str | None = None) -> str:
+    """``agent.input`` -> ``send_agent_input``: a role's typed send of one message; the spec's
+    ``send_method`` when it gives one (``image.send``: ``send_image``, not ``send_image_send``)."""
+    return override or "send_" + "_".join(_WORD.findall(wire_type)).lower()
 
 
 STATISTICS = "STATISTICS"

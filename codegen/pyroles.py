@@ -81,7 +81,7 @@ def build_roles(protocol: Protocol) -> PyRoles:
                 args.append((f.py_name, _first_sentence(f.description)))
             sends.append(
                 PySend(
-                    method=names.send_method(m.type),
+                    method=m.send_method,
                     class_name=m.class_name,
                     params=params,
                     doc=docstring(

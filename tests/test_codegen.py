@@ -196,7 +196,7 @@ def test_each_role_has_a_send_per_message_it_sends_taking_all_but_the_envelope(
         for m in sender.messages:
             if not m.stamped:
                 own = [f.py_name for f in m.fields if f not in sender.envelope and not f.stamped]
-                wanted[f"send_{m.type.replace('.', '_')}"] = own
+                wanted[m.send_method] = own
         assert {name: list(s.parameters)[1:] for name, s in methods.items()} == wanted
         for signature in methods.values():  # keyword arguments only
             assert all(p.kind is p.KEYWORD_ONLY for p in list(signature.parameters.values())[1:])
@@ -216,7 +216,7 @@ def test_a_typed_send_of_every_example_rebuilds_it(protocol: Protocol) -> None:
             filled = [f.py_name for f in m.fields if f in sender.envelope or f.stamped]
             for example in m.examples:
                 message = module.decode(json.dumps(example.json), sender=sender.id)
-                method = getattr(adapter, f"send_{m.type.replace('.', '_')}")
+                method = getattr(adapter, m.send_method)
                 arguments = {
                     name: getattr(message, name)
                     for name in list(inspect.signature(method).parameters)
@@ -246,6 +246,14 @@ def test_on_takes_what_the_other_end_sends_and_names_the_role_when_it_refuses() 
         engine.on("user.text", print)  # type: ignore[call-overload]
     # A typed send returns what the adapter's hook returns.
     assert Gateway().send_agent_output(turn_id="t1", text="Hi.", final=True) == 1
+
+
+def test_the_spec_names_a_send_method_where_the_derived_name_reads_badly() -> None:
+    assert hasattr(Client(), "send_dtmf") and not hasattr(Client(), "send_dtmf_send")
+    assert hasattr(Gateway(), "send_image") and not hasattr(Gateway(), "send_image_send")
+    # Stamped: the gateway session's start, fail and end send them, and nothing else does.
+    for derived in ("send_session_start", "send_error", "send_session_end"):
+        assert not hasattr(Gateway(), derived), derived
 
 
 # -- codegen hygiene: one naming module; no import of the package it generates -------------------

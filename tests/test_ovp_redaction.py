@@ -81,7 +81,7 @@ def test_no_token_anywhere_in_a_full_session_and_failed_ones() -> None:
             texts.append(repr(client))
             await client.connect()
             client.send_audio(PCM)
-            await client.send_dtmf_send(digits="1")
+            await client.send_dtmf(digits="1")
             await client.run()
             await client.close()
             session = gateway.sessions[SESSION]

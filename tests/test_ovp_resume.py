@@ -125,12 +125,12 @@ def test_client_seq_goes_on_across_a_resume() -> None:
             await proxy.start()
             client = OVPClient(f"ws://127.0.0.1:{proxy.port}", SESSION, token(), clock=clock)
             await client.connect()
-            await client.send_dtmf_send(digits="1")
+            await client.send_dtmf(digits="1")
             await eventually(lambda: len(got) == 1)
             proxy.refuse = True
             proxy.reset()
             await eventually(lambda: not client.connected)
-            sending = asyncio.create_task(client.send_dtmf_send(digits="2"))
+            sending = asyncio.create_task(client.send_dtmf(digits="2"))
             await asyncio.sleep(0.02)
             assert not sending.done()  # it waits for the resume
             proxy.refuse = False

@@ -86,7 +86,7 @@ def test_a_whole_call_with_events_and_audio_both_ways() -> None:
             assert start.agent.name == AGENT.name and start.call.from_ == CALL.from_
             sent = await client.send_agent_input(source=ovp.InputSource.SYSTEM, text="Be kind.")
             assert sent.seq == 0
-            await client.send_dtmf_send(digits="12#")
+            await client.send_dtmf(digits="12#")
             await client.stream_audio(memoryview(PCM * 30))
             echoed: list[ovp.AudioFrame] = []
 
@@ -485,7 +485,7 @@ def test_a_client_that_hangs_up_leaves_the_session_resumable() -> None:
             assert client.over is not None and client.over.end is None
             assert [m.type async for m in client] == ["session.start"]  # no failure raised
             with pytest.raises(SessionFailed):
-                await client.send_dtmf_send(digits="1")
+                await client.send_dtmf(digits="1")
             session = gateway.sessions[SESSION]
             await eventually(lambda: not session.connected)
             assert session.over is None

@@ -571,6 +571,23 @@ CASES = [
         message="duplicate session role 'end' (first at line {first})",
         first=("    session: end", 1),
     ),
+    Case(
+        "send-method-twice",
+        "    summary: End the call.\n",
+        "    summary: End the call.\n    send_method: send_say\n",
+        marker="    send_method: send_say",
+        path="messages[2].send_method",
+        message="duplicate send method of agent 'send_say' (first at line {first})",
+        first=("  - type: say", 1),
+    ),
+    Case(
+        "send-method-of-a-stamped-message",
+        "    summary: A call starts.\n",
+        "    summary: A call starts.\n    stamped: true\n    send_method: send_call\n",
+        marker="    send_method: send_call",
+        path="messages[0].send_method",
+        message="call.start is stamped: it has no send method",
+    ),
 ]
 
 

@@ -35,8 +35,23 @@ class MessageResolver(FieldResolver):
             for i, m in enumerate(self.raw.data["messages"])
         )
         self._unique([m.type for m in messages], ("messages",), "message type", "type")
+        self._check_send_methods(messages)
         self._check_session_roles(messages)
         return messages
+
+    def _check_send_methods(self, messages: tuple[Message, ...]) -> None:
+        """What one sender sends has one typed send method a message, each named apart."""
+        raw = self.raw.data["messages"]
+        for s in self.raw.data["senders"]:
+            sent = [i for i, m in enumerate(messages) if s["id"] in m.senders and not m.stamped]
+            spelled = ["send_method" if "send_method" in raw[i] else "type" for i in sent]
+            self._unique(
+                [messages[i].send_method for i in sent],
+                (),
+                f"send method of {s['id']}",
+                None,
+                [("messages", i, key) for i, key in zip(sent, spelled, strict=True)],
+            )
 
     def _class_names(
         self, messages: tuple[Message, ...], named: list[tuple[str, PathT]]
@@ -146,9 +161,12 @@ class MessageResolver(FieldResolver):
                 )
         sets = [*envelope_names, *m.get("include", [])]
         base = self.field_sets.get(sets[0]) if len(set(sets)) == 1 else None
+        if m.get("stamped", False) and "send_method" in m:
+            self.fail((*path, "send_method"), f"{m['type']} is stamped: it has no send method")
         return Message(
             base=base,
             stamped=m.get("stamped", False),
+            send_method=names.send_method(m["type"], m.get("send_method")),
             session=m.get("session"),
             type=m["type"],
             class_name=m.get("name") or names.class_name(m["type"]),

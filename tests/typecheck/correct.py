@@ -33,7 +33,7 @@ def on_say(command: brisvox.Say) -> None:
 def use() -> None:
     client = Client()
     client.send_agent_input(text="hi", source=ovp.InputSource.DEVELOPER_INJECT)
-    client.send_dtmf_send(digits="12#")
+    client.send_dtmf(digits="12#")
     client.on("transcript.final", on_final)
     client.on("transcript.partial", on_any_transcript)
     client.on("transcript.final", lambda event: print(event.utterance_id))

@@ -166,7 +166,7 @@ class OVPClient(ClientSends[Coroutine[Any, Any, ClientMessage]], ClientReceives)
     """An OVP client for one session.
 
     It sends with one typed method per client event (``await client.send_agent_input(...)``,
-    ``send_dtmf_send``, ...: keyword arguments, the event's own fields) and takes a handler per
+    ``send_dtmf``, ...: keyword arguments, the event's own fields) and takes a handler per
     server event type (``client.on("transcript.final", handler)``, the handler called with a
     :class:`~voxwire.ovp.TranscriptFinal`; a type the gateway does not send raises
     ``ValueError`` at once). Handlers run as :mod:`voxwire.session` says for every role: in the

@@ -179,18 +179,12 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives):
 
     def _send(self, kind: type[ServerMessage], fields: dict[str, Any]) -> ServerMessage:
         """The one send path of every typed ``send_*`` method: one server event of ``fields``;
-        seq, ts and session_id are stamped here (session.start, error and session.end go the
-        ways of :meth:`start`, :meth:`fail` and :meth:`end`).
+        seq, ts and session_id are stamped here (session.start, error and session.end have no
+        typed send: :meth:`start`, :meth:`fail` and :meth:`end` send them).
 
         Raises ``TypeError`` for a wrong field, :class:`~voxwire.ovp.ProtocolError` for a value
         the spec refuses, ``SessionStateError`` outside the session.
         """
-        if kind is SessionStart:
-            return self.start(**fields)
-        if kind is ErrorEvent:
-            return self.fail(**fields)
-        if kind is SessionEnd:
-            return self.end(**fields)
         return self._sent(self._core.send(kind, fields, self._clock.now()), kind)
 
     def send_audio(self, pcm: bytes | bytearray | memoryview, *, flags: int = 0) -> None:
