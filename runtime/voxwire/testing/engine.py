@@ -16,7 +16,11 @@ Every command the agent sends is recorded in :attr:`AgentCall.sent` and answered
 failure :attr:`AgentCall.refuse` names for its type); a message the engine refused instead (a
 blank ``say`` from an agent not written with voxwire) in :attr:`AgentCall.refused`, with its
 code, as the engine's core judged it (:mod:`voxwire.testing.watch`), and
-:meth:`AgentCall.expect` fails naming it; link changes land in :attr:`AgentCall.notices`.
+:meth:`AgentCall.expect` fails naming it; link changes land in :attr:`AgentCall.notices`. A
+handler of the call's session that raises (the agent's, when it runs in the test's process, or
+one registered on :attr:`AgentCall.link`) lands in :attr:`AgentCall.handler_failures`, and
+:meth:`AgentCall.expect` fails with its text rather than waiting for a command that will not
+come (:func:`voxwire.session.watch_handler_failures`).
 (``voxwire.brisvox.testing``, its home until 0.x, re-exports it.)
 """
 
@@ -51,6 +55,7 @@ from voxwire.capture import Record, open_recorder
 from voxwire.clock import SYSTEM_CLOCK, Clock
 from voxwire.errors import HandshakeError
 from voxwire.hosts import check_url
+from voxwire.session import HandlerFailure, watch_handler_failures
 from voxwire.testing.watch import Entry, ExpectationFailed, Refused, Watch
 
 __all__ = ["AgentCall", "AgentRefused", "Refused"]
@@ -91,8 +96,11 @@ class AgentCall:
         """Everything the call saw, judged as the engine's core judges it."""
         self.wait = wait
         """Real seconds :meth:`expect` waits by default (``voxwire.testing.watch.WAIT``)."""
+        self.handler_failures: list[HandlerFailure] = []
+        """Every handler of the call's session that raised, in order (voxwire.session)."""
         self._seen = 0
         self._refused_seen = 0
+        self._failures_seen = 0
         self._pump: asyncio.Task[None] | None = None
         self._tool_calls = 0
 
@@ -145,12 +153,13 @@ class AgentCall:
         )
         played = cls(link, refuse or {}, watch, wait)
         try:
-            if not await link.start():
-                notice = await link.next_notice()
-                refused = "".join(f"; the engine refused {r.error}" for r in watch.refused)
-                raise AgentRefused(f"the agent did not take the call: {notice}{refused}")
-            played._pump = asyncio.ensure_future(played._read())
-            yield played
+            with watch_handler_failures(played._handler_failed):
+                if not await link.start():
+                    notice = await link.next_notice()
+                    refused = "".join(f"; the engine refused {r.error}" for r in watch.refused)
+                    raise AgentRefused(f"the agent did not take the call: {notice}{refused}")
+                played._pump = asyncio.ensure_future(played._read())
+                yield played
         finally:
             if played._pump is not None:
                 played._pump.cancel()
@@ -232,14 +241,23 @@ class AgentCall:
     async def expect(self, kind: type[C], *, timeout: float | None = None) -> C:
         """The next command the agent sends after the ones already expected, answered; it must
         be a ``kind``. Raises :class:`~voxwire.testing.watch.ExpectationFailed` naming what
-        came instead (or what the engine refused meanwhile), and
+        came instead (or what the engine refused meanwhile, or the handler of the call's session
+        that raised), and
         :class:`~voxwire.testing.watch.NothingArrived` (also a ``TimeoutError``) naming what
         arrived when nothing came within ``timeout`` real seconds."""
         await self.watch.until(
-            lambda: self._seen < len(self.sent) or self._next_refused() is not None,
+            lambda: (
+                self._seen < len(self.sent)
+                or self._next_refused() is not None
+                or self._failures_seen < len(self.handler_failures)
+            ),
             f"no {kind.type} from the agent",
             timeout=self.wait if timeout is None else timeout,
         )
+        if self._failures_seen < len(self.handler_failures):
+            failure = self.handler_failures[self._failures_seen]
+            self._failures_seen += 1
+            raise ExpectationFailed(f"expected a {kind.type}; {failure}") from failure.error
         refused = self._next_refused()
         if refused is not None:
             self._refused_seen += 1
@@ -264,6 +282,11 @@ class AgentCall:
     async def hang_up(self, reason: str = SessionEndReason.HANGUP) -> None:
         """End the call: ``session.end`` after what is queued, then close."""
         await self.link.end(reason)
+
+    def _handler_failed(self, failure: HandlerFailure) -> None:
+        if failure.session_id == self.link.core.session_id:
+            self.handler_failures.append(failure)
+            self.watch.notify()
 
     async def _read(self) -> None:
         async for notice in self.link:
