@@ -23,7 +23,7 @@ from websockets.exceptions import ConnectionClosed
 from benchmarks.timing import run
 from benchmarks.transport import AGENT, CALL, SECRET, TENANT
 from voxwire import ovp
-from voxwire.ovp.client import _Connection  # offers orbit-voice/1.0 verbatim
+from voxwire.ovp._upgrade import OfferingConnection  # offers orbit-voice/1.0 verbatim
 from voxwire.ovp.gateway import Gateway, GatewaySession, mint_token
 
 __all__ = ["Resume", "resume_table", "run_resume_benchmark"]
@@ -70,7 +70,9 @@ class _App:
 
 
 async def _open(url: str) -> ClientConnection:
-    return await connect(url, create_connection=_Connection, compression=None, max_size=2**18)
+    return await connect(
+        url, create_connection=OfferingConnection, compression=None, max_size=2**18
+    )
 
 
 async def _round(gateway: Gateway, app: _App, index: int) -> tuple[int, float]:

@@ -44,7 +44,7 @@ from benchmarks.timing import run
 from voxwire import ovp
 from voxwire.clock import SYSTEM_CLOCK
 from voxwire.link import Link, Outbound, Overflow
-from voxwire.ovp.client import _Connection  # offers orbit-voice/1.0 verbatim (see its docs)
+from voxwire.ovp._upgrade import OfferingConnection  # offers orbit-voice/1.0 verbatim
 from voxwire.ovp.gateway import Gateway, GatewaySession, mint_token
 from voxwire.sansio import SendBinary, SendText
 
@@ -133,7 +133,9 @@ async def _connect(base: str, server: str, index: int) -> tuple[ClientConnection
     if server == "ovp":
         token = mint_token(SECRET, session_id=session_id, tenant_id=TENANT)
         url = f"{base}/voice/ws/{session_id}?token={token}"
-        ws: ClientConnection = await connect(url, create_connection=_Connection, compression=None)
+        ws: ClientConnection = await connect(
+            url, create_connection=OfferingConnection, compression=None
+        )
         start = json.loads(await ws.recv())
         assert start["type"] == "session.start", start
     else:

@@ -13,7 +13,8 @@ from websockets.asyncio.client import ClientConnection, connect
 
 from voxwire import ovp
 from voxwire.clock import SYSTEM_CLOCK, Clock, ScaledClock
-from voxwire.ovp.client import OVPClient, TokenSource, _Connection
+from voxwire.ovp._upgrade import OfferingConnection
+from voxwire.ovp.client import OVPClient, TokenSource
 from voxwire.ovp.gateway import Gateway, GatewaySession, SessionHandler, mint_token
 
 T = TypeVar("T")
@@ -126,7 +127,9 @@ def endpoint(gateway: Gateway, session_id: str = SESSION, tok: str | None = None
 
 async def raw_connect(url: str) -> ClientConnection:
     """A bare connection that offers orbit-voice/1.0, for sending what OVPClient never would."""
-    return await connect(url, create_connection=_Connection, compression=None, open_timeout=5)
+    return await connect(
+        url, create_connection=OfferingConnection, compression=None, open_timeout=5
+    )
 
 
 async def next_event(ws: ClientConnection) -> dict[str, Any]:

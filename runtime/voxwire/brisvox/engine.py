@@ -183,7 +183,9 @@ class EngineLink(EngineSends[None], EngineReceives):
         self._link_tasks: set[asyncio.Task[Any]] = set()
         self._handlers = Handlers(session_id, log, refusal=CommandFailed, tasks=self._link_tasks)
         self._usage: SessionUsage | None = None
-        self._timer = DeadlineTimer(clock, self.core.next_deadline, self._tick)
+        self._timer = DeadlineTimer(
+            clock, self.core.next_deadline, lambda now: self._apply(self.core.tick(now))
+        )
         self._changed = asyncio.Event()
         self._retry_at: float | None = None
         self._runner: asyncio.Task[None] | None = None
@@ -438,8 +440,7 @@ class EngineLink(EngineSends[None], EngineReceives):
             self._apply(self.core.link_lost(self.clock.now(), down.reason))
 
     async def _serve(self, ws: ClientConnection) -> None:
-        """Run one connection to its end: the link's writer and keepalive and a timer beside
-        this reader."""
+        """Run one connection to its end: this reader beside the link's writer and keepalive."""
         number, link = self.core.link, self._link
         assert link is not None
         reason = "closed"
@@ -497,13 +498,12 @@ class EngineLink(EngineSends[None], EngineReceives):
                     pass  # the caller holds its PendingTool
                 case AgentAccepted(accept=accept, resumed=resumed, problems=problems):
                     self._dispatch(SessionAccept.type, accept)
-                    if resumed:
-                        self.reconnects += 1
                     where = self.target.url.redacted
                     for problem in problems:
                         log.warning("agent %s: handshake problem: %s", where, problem)
                     log.info("agent %s: %s", where, "resumed" if resumed else "accepted the call")
                     if resumed:  # start() reports the first
+                        self.reconnects += 1
                         self._notify(out)
                 case HandshakeFailed(rejected=rejected, reason=reason):
                     if rejected is not None:
@@ -524,23 +524,16 @@ class EngineLink(EngineSends[None], EngineReceives):
         self._timer.update()
         self._changed.set()
 
-    def _tick(self, now: float) -> None:
-        self._apply(self.core.tick(now))
-
     def _link_down_notice(self, down: LinkDown) -> None:
-        where = self.target.url.redacted
+        where, reason, delay = self.target.url.redacted, down.reason, down.reconnect_in
         if self._ended:
             log.info("agent %s: link closed at the call's end", where)
-        elif down.reconnect_in is None:
-            log.warning("agent %s: link down (%s); the call goes on without it", where, down.reason)
+        elif delay is None:
+            log.warning("agent %s: link down (%s); the call goes on without it", where, reason)
         else:
-            log.warning(
-                "agent %s: link down (%s); reconnecting in %.0f ms",
-                where,
-                down.reason,
-                down.reconnect_in * 1000,
-            )
-            self._retry_at = self.clock.now() + down.reconnect_in
+            text = "agent %s: link down (%s); reconnecting in %.0f ms"
+            log.warning(text, where, reason, delay * 1000)
+            self._retry_at = self.clock.now() + delay
 
     def _notify(self, notice: ToolOverdue | AgentAccepted | HandshakeFailed | LinkDown) -> None:
         """A change of the link for the iteration (never dropped); its end once it is gone."""

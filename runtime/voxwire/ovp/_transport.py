@@ -7,6 +7,7 @@ Not public: :mod:`voxwire.ovp.client` and :mod:`voxwire.ovp.gateway` are.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import assert_never
 
 from websockets.asyncio.connection import Connection
 from websockets.protocol import State
@@ -15,7 +16,7 @@ from voxwire.clock import Clock
 from voxwire.link import Keepalive, Link, LinkDown, Outbound, Overflow, Put
 from voxwire.ovp import PING_INTERVAL_MS, SILENCE_TIMEOUT_MS
 from voxwire.ovp._session import STREAM_WINDOW
-from voxwire.sansio import Action, Close
+from voxwire.sansio import Action, Close, SendBinary, SendText
 
 __all__ = ["open_link", "perform"]
 
@@ -66,8 +67,12 @@ def perform(link: Link, action: Action, *, event: bool = False) -> Put:
 
     A close the peer has already begun needs none of ours (``websockets`` answers it).
     """
-    if isinstance(action, Close):
-        if link.ws.protocol.state is State.OPEN:
-            link.close(action.code, action.reason)
-        return Put.QUEUED
-    return link.event(action) if event else link.control(action)
+    match action:
+        case SendBinary() | SendText():  # audio first: a frame every 20 ms
+            return link.event(action) if event else link.control(action)
+        case Close(code=code, reason=reason):
+            if link.ws.protocol.state is State.OPEN:
+                link.close(code, reason)
+            return Put.QUEUED
+        case _:
+            assert_never(action)

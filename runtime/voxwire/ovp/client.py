@@ -14,21 +14,14 @@ await client.send_agent_input(source=ovp.InputSource.DEVELOPER_INJECT, text="Hi"
 end = await client.run()                          # until session.end; handlers as events come
 ```
 
-About the subprotocol: ``/`` is not a token character (RFC 6455 §4.1 and RFC 2616), so
-``orbit-voice/1.0`` is not a legal subprotocol name. ``websockets`` refuses to offer it
-(``validate_subprotocols`` in ``connect``) and to read it back (``parse_subprotocol``), and a
-browser's ``WebSocket`` constructor throws. OVP requires it all the same, so this client offers it
-through its own ``ClientProtocol`` subclass, passed in with ``connect(create_connection=...)``, the
-hook ``websockets`` documents for customising a connection; the subclass compares the server's
-answer to ``orbit-voice/1.0`` exactly. The workaround is verified for websockets 13 to 17
-(``VERIFIED_WEBSOCKETS``).
+The upgrade (the subprotocol ``orbit-voice/1.0``, which ``websockets`` would refuse, offered
+verbatim, and a refusal read into a :class:`HandshakeError`) is :mod:`voxwire.ovp._upgrade`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -36,17 +29,8 @@ from functools import partial
 from typing import Any, Final, assert_never
 from urllib.parse import quote
 
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.client import ClientProtocol
-from websockets.datastructures import Headers
-from websockets.exceptions import (
-    ConnectionClosed,
-    InvalidHandshake,
-    InvalidMessage,
-    InvalidStatus,
-    NegotiationError,
-)
-from websockets.typing import Subprotocol
+from websockets.asyncio.client import ClientConnection
+from websockets.exceptions import ConnectionClosed
 
 from voxwire.capture import Record, open_recorder
 from voxwire.clock import SYSTEM_CLOCK, Clock
@@ -57,20 +41,16 @@ from voxwire.ovp import (
     ENDPOINT_PATH,
     FLAG_LAST_OF_UTTERANCE,
     FRAME_MS,
-    MAX_RECEIVE_BYTES,
     OPEN_TIMEOUT_MS,
     PCM_BYTES_PER_FRAME,
     RECONNECT_BACKOFF_INITIAL_MS,
     RECONNECT_BACKOFF_MAX_MS,
-    RECONNECT_RETRIED_HTTP_STATUSES,
     REPLAY_BUFFER_MAX_EVENTS,
     SILENCE_TIMEOUT_MS,
-    SUBPROTOCOL,
     TOKEN_QUERY_PARAMETER,
     WRITE_TIMEOUT_MS,
     AudioFrame,
     ClientMessage,
-    ErrorCode,
     ServerMessage,
     SessionEnd,
     SessionStart,
@@ -83,6 +63,7 @@ from voxwire.ovp._session import (
     check_session_id,
 )
 from voxwire.ovp._transport import open_link, perform
+from voxwire.ovp._upgrade import VERIFIED_WEBSOCKETS, passing, upgrade
 from voxwire.ovp.client_core import (
     ClientCore,
     ClientOutput,
@@ -91,7 +72,7 @@ from voxwire.ovp.client_core import (
     ServerEvent,
 )
 from voxwire.ovp.roles import ClientReceives, ClientSends
-from voxwire.redaction import install_redaction, redact
+from voxwire.redaction import install_redaction
 from voxwire.sansio import Close, Ignored, SendBinary, SendText
 from voxwire.session import Handler, Handlers, Inbox
 
@@ -108,10 +89,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-VERIFIED_WEBSOCKETS: Final = ((13, 0), (18, 0))
-"""The websockets versions (from inclusive, to exclusive) the subprotocol workaround is verified
-for; a test fails on any other."""
-
 TokenSource = str | Callable[[], Awaitable[str]]
 """The session token, or a coroutine function that returns the token to use for each connection
 (a resume late in a call may need a fresh one)."""
@@ -119,7 +96,6 @@ TokenSource = str | Callable[[], Awaitable[str]]
 EventHandler = Handler
 """Called with each server event of its type; may return an awaitable, run as a task."""
 
-_OFFERED: Final = [Subprotocol(SUBPROTOCOL)]
 _FRAME_S: Final = FRAME_MS / 1000
 _RECONNECT_FIRST_S: Final = RECONNECT_BACKOFF_INITIAL_MS / 1000
 _RECONNECT_MAX_S: Final = RECONNECT_BACKOFF_MAX_MS / 1000
@@ -137,29 +113,6 @@ class SessionFailed(VoxwireError):
         super().__init__(f"{code}: {detail}" if code else detail)
         self.code = code
         self.detail = detail
-
-
-class _Protocol(ClientProtocol):
-    """Requires the server to select exactly ``orbit-voice/1.0``."""
-
-    def process_subprotocol(self, headers: Headers) -> Subprotocol | None:
-        selected = headers.get_all("Sec-WebSocket-Protocol")
-        if selected != [SUBPROTOCOL]:
-            shown = ", ".join(selected) if selected else "no subprotocol"
-            raise NegotiationError(f"the gateway selected {shown}, not {SUBPROTOCOL}")
-        return _OFFERED[0]
-
-
-class _Connection(ClientConnection):
-    """A connection that offers ``orbit-voice/1.0`` verbatim (websockets refuses the ``/``)."""
-
-    def __init__(self, protocol: ClientProtocol, **kwargs: Any) -> None:
-        # The URI the factory parsed: ``uri`` since websockets 15, ``wsuri`` before.
-        uri = getattr(protocol, "uri", None) or protocol.wsuri  # type: ignore[attr-defined]
-        ovp_protocol = _Protocol(
-            uri, subprotocols=_OFFERED, max_size=MAX_RECEIVE_BYTES, logger=protocol.logger
-        )
-        super().__init__(ovp_protocol, **kwargs)
 
 
 class OVPClient(ClientSends[Coroutine[Any, Any, ClientMessage]], ClientReceives):
@@ -380,7 +333,7 @@ class OVPClient(ClientSends[Coroutine[Any, Any, ClientMessage]], ClientReceives)
         out = self._core.send(kind, fields, self._clock.now())
         self._perform(out, link, event=True)  # queued: it had room, and nothing awaited since
         sent = out[0]
-        if not isinstance(sent, Sent):
+        if type(sent) is not Sent:
             raise self._failure()
         assert isinstance(sent.message, kind)
         return sent.message
@@ -458,33 +411,13 @@ class OVPClient(ClientSends[Coroutine[Any, Any, ClientMessage]], ClientReceives)
         options: dict[str, Any] = dict(self._checked.connect_overrides())  # an IPv6 zone
         if self._ssl is not None:
             options["ssl"] = self._ssl
-        failure: Exception
-        try:
-            return await connect(
-                url,
-                create_connection=_Connection,
-                compression=None,
-                max_size=MAX_RECEIVE_BYTES,
-                open_timeout=self._clock.real_seconds(self._open_timeout),
-                ping_interval=None,  # the link's keepalive
-                close_timeout=self._clock.real_seconds(self._write_timeout),
-                **options,
-            )
-        except InvalidStatus as exc:
-            failure = _refusal(exc)
-        except NegotiationError as exc:
-            failure = HandshakeError(
-                f"{self._checked.redacted}: {exc}",
-                status=101,
-                code=ErrorCode.OVP_SUBPROTOCOL_MISMATCH,
-            )
-        except InvalidMessage as exc:
-            failure = ConnectionError(f"{self._checked.redacted}: {redact(str(exc))}")
-        except InvalidHandshake as exc:
-            failure = HandshakeError(f"{self._checked.redacted}: {redact(str(exc))}")
-        except OSError as exc:
-            failure = ConnectionError(f"{self._checked.redacted}: {exc.strerror or exc}")
-        raise failure  # outside the except clauses: no context holding the URL is chained
+        return await upgrade(
+            url,
+            self._checked.redacted,
+            open_timeout=self._clock.real_seconds(self._open_timeout),
+            close_timeout=self._clock.real_seconds(self._write_timeout),
+            **options,
+        )
 
     def _attach(self, ws: ClientConnection) -> None:
         record = None if self._recorder is None else partial(self._recorder.record, "client")
@@ -558,7 +491,7 @@ class OVPClient(ClientSends[Coroutine[Any, Any, ClientMessage]], ClientReceives)
                 reason = str(exc) or type(exc).__name__
                 log.info("session %s: reconnect failed: %s", self.session_id, reason)
             except HandshakeError as exc:
-                if not _passing(exc):
+                if not passing(exc):
                     log.warning("session %s: reconnect refused: %s", self.session_id, exc)
                     return None
                 log.info("session %s: reconnect failed: %s", self.session_id, exc)
@@ -648,23 +581,3 @@ class OVPClient(ClientSends[Coroutine[Any, Any, ClientMessage]], ClientReceives)
         if over is None:
             return SessionFailed(None, "the session has not started")
         return SessionFailed(over.code, over.detail)
-
-
-def _passing(refusal: HandshakeError) -> bool:
-    """Whether a refused reconnect may succeed later: a status of RECONNECT_RETRIED_HTTP_STATUSES
-    (a timeout, too many requests, a gateway restarting or overloaded: spec decision
-    reconnect-retried-statuses); retried like a TCP refusal until the window closes."""
-    return refusal.status in RECONNECT_RETRIED_HTTP_STATUSES
-
-
-def _refusal(exc: InvalidStatus) -> HandshakeError:
-    """The HTTP answer that refused the upgrade, with the OVP code its JSON body names."""
-    response = exc.response
-    code: str | None = None
-    with contextlib.suppress(ValueError, LookupError, TypeError):
-        code = str(json.loads(response.body)["code"])
-    return HandshakeError(
-        f"the gateway answered HTTP {response.status_code}" + (f" ({code})" if code else ""),
-        status=response.status_code,
-        code=code,
-    )
