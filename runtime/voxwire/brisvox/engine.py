@@ -31,13 +31,18 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any, Final, TypeAlias, assert_never, get_args
 
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+from websockets.asyncio.client import ClientConnection
+from websockets.exceptions import ConnectionClosed
 
 from voxwire._rules import JSON_SAFE_INTEGER
-from voxwire.brisvox._logs import websockets_logger
+from voxwire.brisvox._engine_transport import (
+    CONNECT_FAILURES,
+    LinkCounts,
+    connect_agent,
+    describe,
+    open_link,
+)
 from voxwire.brisvox.codec import encode
-from voxwire.brisvox.constants import MAX_MESSAGE_BYTES
 from voxwire.brisvox.engine_config import (
     AgentLinkConfig,
     AgentTarget,
@@ -80,7 +85,7 @@ from voxwire.brisvox.roles import EngineReceives, EngineSends
 from voxwire.capture import Record, open_recorder
 from voxwire.clock import SYSTEM_CLOCK, Clock
 from voxwire.errors import ConfigError
-from voxwire.link import Keepalive, Link, Outbound, Overflow
+from voxwire.link import Link
 from voxwire.sansio import Close, Ignored, SendText
 from voxwire.session import DeadlineTimer, Handler, Handlers, Inbox
 
@@ -177,7 +182,7 @@ class EngineLink(EngineSends[None], EngineReceives):
         self._ssl = ssl
         self._ws: ClientConnection | None = None
         self._link: Link | None = None
-        self._done = _Counts()
+        self._done = LinkCounts()
         self._notices: Inbox[LinkNotice] = Inbox(_COMMAND_QUEUE)
         self._tools: dict[int, asyncio.Future[ToolFinished]] = {}
         self._link_tasks: set[asyncio.Task[Any]] = set()
@@ -375,63 +380,28 @@ class EngineLink(EngineSends[None], EngineReceives):
             self._changed.set()
 
     async def _connect(self) -> ClientConnection | None:
-        url = self.target.url
-        headers = {"Authorization": f"Bearer {self.target.token}"} if self.target.token else {}
-        tls: dict[str, Any] = {"ssl": self._ssl or True} if url.scheme == "wss" else {}
         try:
-            async with asyncio.timeout(self._real(self.settings.connect_timeout)):
-                ws = await connect(
-                    url.url,
-                    additional_headers=headers,
-                    **tls,
-                    **url.connect_overrides(),  # an IPv6 zone, decoded for getaddrinfo
-                    compression=None,
-                    max_size=MAX_MESSAGE_BYTES,
-                    ping_interval=None,
-                    close_timeout=self._real(self.settings.close_timeout),
-                    open_timeout=None,
-                    proxy=None,
-                    logger=websockets_logger(f"{__name__}.websockets"),
-                )
-        except (OSError, TimeoutError, InvalidHandshake, InvalidURI) as exc:
-            reason = _describe(exc)
-            log.warning("agent %s: connect failed: %s", url.redacted, reason)
+            ws = await connect_agent(self.target, self.settings, self.clock, self._ssl)
+        except CONNECT_FAILURES as exc:
+            reason = describe(exc)
+            log.warning("agent %s: connect failed: %s", self.target.url.redacted, reason)
             self._apply(self.core.connect_failed(self.clock.now(), reason))
             return None
         self._ws = ws
         if self._recorder is not None and self.core.link > 0:  # a reconnection
             self._recorder.link("open")
-        self._link = self._open_link(ws)
-        self._apply(self.core.connected(self.clock.now()))
-        return ws
-
-    def _open_link(self, ws: ClientConnection) -> Link:
-        """The connection's way out: control first, events bounded and counted, stamped with
-        seq and t_ms as the writer takes them, the keepalive of the spec."""
-        settings, number, now = self.settings, self.core.link + 1, self.clock.now()
-        outbound = Outbound(
-            event_bound=settings.event_queue,
-            overflow=Overflow.DROP,
-            control_first=True,
-            report_lost=self.core.events_lost,
-            stamp=self.core.stamp,
-        )
-        recorder = self._recorder
-        return Link(
+        number = self.core.link + 1
+        self._link = open_link(
             ws,
-            outbound,
-            clock=self.clock,
-            drain_timeout=settings.write_timeout,
-            keepalive=Keepalive(
-                ping_interval=settings.ping_interval,
-                silence_timeout=settings.silence_timeout,
-                now=now,
-            ),
-            close_timeout=settings.close_timeout,
+            self.core,
+            self.settings,
+            self.clock,
+            recorder=self._recorder,
             on_down=lambda down: self._link_down(number, down),
-            record=(lambda data: recorder.record("server", data)) if recorder else None,
             name=f"agent {self.target.url.redacted}",
         )
+        self._apply(self.core.connected(self.clock.now()))
+        return ws
 
     def _link_down(self, number: int, down: LinkDown) -> None:
         """The link went down under the writer (drain timeout, silence, a failed write): the
@@ -474,18 +444,9 @@ class EngineLink(EngineSends[None], EngineReceives):
         link = self._link
         for out in outputs:
             match out:
-                case SendEvent():
+                case SendEvent() | SendText() | CloseAfter() | Close():
                     if link is not None:
-                        link.event(out)
-                case SendText():
-                    if link is not None:
-                        link.control(out)
-                case CloseAfter(final=final, close=close):
-                    if link is not None:
-                        link.close(close.code, close.reason, final=final)
-                case Close(code=code, reason=reason):
-                    if link is not None:
-                        link.close(code, reason)
+                        _write(link, out)
                 case CommandReceived():
                     self._command(out)
                 case ToolFinished(message=message, request_id=request_id):
@@ -573,26 +534,19 @@ class EngineLink(EngineSends[None], EngineReceives):
         return self.clock.real_seconds(max(0.0, seconds))
 
 
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, TimeoutError):
-        return "timed out"
-    return str(exc) or type(exc).__name__
-
-
-@dataclass(slots=True)
-class _Counts:
-    """What the call's ended links did."""
-
-    pings: int = 0
-    pongs: int = 0
-    lost: int = 0
-
-    def add(self, link: Link) -> None:
-        self.pings += link.pings
-        self.pongs += link.pongs
-        # Only the drops its events.lost reported: those it never reported went to the core's
-        # outage count with the rest the link took down with it (counted once, there).
-        self.lost += link.outbound.lost_total - link.outbound.lost
+def _write(link: Link, out: SendEvent | SendText | CloseAfter | Close) -> None:
+    """Hand a write of the core to ``link``: an event (bounded), control, the end, a close."""
+    match out:
+        case SendEvent():
+            link.event(out)
+        case SendText():
+            link.control(out)
+        case CloseAfter(final=final, close=close):
+            link.close(close.code, close.reason, final=final)
+        case Close(code=code, reason=reason):
+            link.close(code, reason)
+        case _:
+            assert_never(out)
 
 
 _SENDABLE: Final = (*get_args(Event), ErrorEvent)

@@ -108,38 +108,52 @@ class Report:
         groups: dict[tuple[str, str], list[Outcome]] = collections.defaultdict(list)
         for o in self.outcomes:
             groups[(o.case.protocol, o.case.kind)].append(o)
-        out = []
-        for (protocol, kind), items in sorted(groups.items()):
-            passed = sum(1 for o in items if o.problem is None and o.expected_failure is None)
-            xfail = sum(1 for o in items if o.problem is not None and o.expected_failure)
-            failed = sum(1 for o in items if o.problem is not None and not o.expected_failure)
-            stale = sum(1 for o in items if o.problem is None and o.expected_failure)
-            text = f"{protocol} {kind}: {len(items)} cases, {passed} passed, {failed} failed"
-            if xfail:
-                text += f", {xfail} expected failures"
-            if stale:
-                text += f", {stale} listed as expected failures but passed"
-            out.append(text)
+        out = [
+            _group_line(protocol, kind, items) for (protocol, kind), items in sorted(groups.items())
+        ]
         for o in self.outcomes:
-            if o.ok and not (verbose and o.expected_failure):
-                continue
-            if o.problem is None:
-                out.append(f"PASSED BUT LISTED {o.case.id} ({o.expected_failure})")
-                out.append("  remove it from the expected-failures list")
-                continue
-            label = "EXPECTED FAILURE" if o.expected_failure else "FAIL"
-            out.append(f"{label} {o.case.id}: {o.problem}")
-            out.append(f"  expected: {shown(o.case.expect)}")
-            out.append(f"  got:      {shown(o.got)}")
-            out.append(f"  source:   {o.case.data.get('source')} ({o.case.where})")
-            if o.expected_failure:
-                out.append(f"  listed:   {o.expected_failure}")
+            if not o.ok or (verbose and o.expected_failure):
+                out += _outcome_lines(o)
         for case_id in self.unknown_expected:
             out.append(f"UNKNOWN EXPECTED FAILURE {case_id}: no case has this id")
         total = len(self.outcomes)
         bad = sum(1 for o in self.outcomes if not o.ok) + len(self.unknown_expected)
         out.append(f"{'OK' if self.ok else 'FAILED'}: {total} cases, {bad} unexpected")
         return out
+
+
+def _group_line(protocol: str, kind: str, items: list[Outcome]) -> str:
+    """One protocol's cases of one kind: how many passed, failed, failed as listed, passed
+    though listed."""
+    passed = sum(1 for o in items if o.problem is None and o.expected_failure is None)
+    xfail = sum(1 for o in items if o.problem is not None and o.expected_failure)
+    failed = sum(1 for o in items if o.problem is not None and not o.expected_failure)
+    stale = sum(1 for o in items if o.problem is None and o.expected_failure)
+    text = f"{protocol} {kind}: {len(items)} cases, {passed} passed, {failed} failed"
+    if xfail:
+        text += f", {xfail} expected failures"
+    if stale:
+        text += f", {stale} listed as expected failures but passed"
+    return text
+
+
+def _outcome_lines(o: Outcome) -> list[str]:
+    """What the report says of one outcome it shows."""
+    if o.problem is None:
+        return [
+            f"PASSED BUT LISTED {o.case.id} ({o.expected_failure})",
+            "  remove it from the expected-failures list",
+        ]
+    label = "EXPECTED FAILURE" if o.expected_failure else "FAIL"
+    out = [
+        f"{label} {o.case.id}: {o.problem}",
+        f"  expected: {shown(o.case.expect)}",
+        f"  got:      {shown(o.got)}",
+        f"  source:   {o.case.data.get('source')} ({o.case.where})",
+    ]
+    if o.expected_failure:
+        out.append(f"  listed:   {o.expected_failure}")
+    return out
 
 
 def shown(value: Any) -> str:
