@@ -190,7 +190,7 @@ async def test_the_fake_client_plays_a_session_to_the_real_gateway() -> None:
             await fake.resumed()
             await fake.client.send_agent_input(source=INJECT, text="again")
             assert (await fake.expect(ovp.AgentOutput)).text == "again"
-            await fake.client.send_dtmf_send(digits="#")
+            await fake.client.send_dtmf(digits="#")
             end = await fake.ended()
         assert end.reason == "agent_ended" and end.stats.client_frames == 1
         assert fake.refused == [] and fake.client.reconnects == 1

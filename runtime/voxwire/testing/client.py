@@ -251,7 +251,7 @@ class FakeOVPClient:
         await self.close()
 
     async def _read_events(self, client: OVPClient) -> None:
-        """Consume the client's events (its handlers run here); the watch keeps them."""
+        """Consume the client's events (its handlers ran as they arrived); the watch keeps them."""
         try:
             async for _ in client:
                 pass
