@@ -40,10 +40,18 @@ class MessageResolver(FieldResolver):
         return messages
 
     def _check_send_methods(self, messages: tuple[Message, ...]) -> None:
-        """What one sender sends has one typed send method a message, each named apart."""
+        """What one sender sends has one typed send method a message, each named apart (a
+        duplicate message type is reported as such, once)."""
         raw = self.raw.data["messages"]
+        first: dict[str, int] = {}
+        for i, m in enumerate(messages):
+            first.setdefault(m.type, i)
         for s in self.raw.data["senders"]:
-            sent = [i for i, m in enumerate(messages) if s["id"] in m.senders and not m.stamped]
+            sent = [
+                i
+                for i, m in enumerate(messages)
+                if first[m.type] == i and s["id"] in m.senders and not m.stamped
+            ]
             spelled = ["send_method" if "send_method" in raw[i] else "type" for i in sent]
             self._unique(
                 [messages[i].send_method for i in sent],
