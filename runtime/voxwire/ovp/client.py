@@ -352,7 +352,10 @@ class OVPClient(ClientSends[Coroutine[Any, Any, ClientMessage]], ClientReceives)
         out = self._core.send_audio(
             pcm, self._clock.now(), flags=flags, rtp_timestamp=rtp_timestamp
         )
-        return bool(out) and self._perform(out, self._link, event=True)
+        link = self._link
+        if link is not None and len(out) == 1 and type(frame := out[0]) is SendBinary:
+            return link.event(frame) is Put.QUEUED  # the audio path: one frame, no detour
+        return bool(out) and self._perform(out, link, event=True)
 
     async def stream_audio(
         self, pcm: bytes | bytearray | memoryview, *, last_of_utterance: bool = True
@@ -509,7 +512,20 @@ class OVPClient(ClientSends[Coroutine[Any, Any, ClientMessage]], ClientReceives)
         for item in out:
             match item:
                 case ServerEvent(message=message):
-                    self._event(message)
+                    # To its handlers, else (and session.end always) to the iteration.
+                    kind, handlers = message.type, self._handlers
+                    if (
+                        kind not in handlers.types
+                        or not handlers.dispatch(kind, message)
+                        or type(message) is SessionEnd
+                    ) and not self._events.put(message):
+                        log.warning(
+                            "session %s: %s lost: the application is not keeping up",
+                            self.session_id,
+                            kind,
+                        )
+                    if type(message) is SessionStart:
+                        self._notify()
                 case AudioIn(frame=frame):
                     self._audio.put(frame)
                 case SendText() | SendBinary() | Close():
@@ -534,20 +550,6 @@ class OVPClient(ClientSends[Coroutine[Any, Any, ClientMessage]], ClientReceives)
                 case _:
                     assert_never(item)
         return written
-
-    def _event(self, message: ServerMessage) -> None:
-        """A server event: to its handlers, else (and session.end always) to the iteration."""
-        message_type = message.type
-        handlers = self._handlers
-        handled = message_type in handlers.types and handlers.dispatch(message_type, message)
-        if (not handled or type(message) is SessionEnd) and not self._events.put(message):
-            log.warning(
-                "session %s: %s lost: the application is not keeping up",
-                self.session_id,
-                message_type,
-            )
-        if type(message) is SessionStart:
-            self._notify()
 
     async def _room(self) -> Link:
         """The current link once the session is live and its queue has room for an event."""

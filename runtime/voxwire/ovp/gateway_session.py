@@ -279,8 +279,11 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives):
 
     def _sent(self, out: list[GatewayOutput], kind: type[M]) -> M:
         self._perform(out)
-        # The first event sent (the core puts it first).
-        message = next((item.message for item in out if type(item) is Sent), None)
+        message = None
+        for item in out:  # the first event sent (the core puts it first)
+            if type(item) is Sent:
+                message = item.message
+                break
         if not isinstance(message, kind):
             assert self._core.over is not None
             raise SessionStateError(f"the session ended instead: {self._core.over.detail}")
