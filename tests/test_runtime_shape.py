@@ -48,12 +48,14 @@ OUTPUTS = frozenset(
 KNOWN = {
     "_codec.py": 697,
     "brisvox/engine_core.py": 927,
+    "conformance/sessions.py": 718,
     "ovp/gateway_core.py": 979,
     "_rules.py written_difference": 30,
 }
 """What is over the bounds today, each held to its measure until it is split: the codec (its
-decode and encode paths side by side, and the walk that names what JSON cannot carry) and two
-cores, whose transition tables are moving to the spec (the generated machines)."""
+decode and encode paths side by side, and the walk that names what JSON cannot carry), two
+cores, whose transition tables are moving to the spec (the generated machines), and the session
+players of the conformance runner, grown with the session cases."""
 
 _FOUND = re.compile(
     r"^(?P<module>[^:]+)(?::\d+: (?P<function>\w+) has complexity |: )(?P<measure>\d+)"
