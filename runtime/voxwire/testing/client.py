@@ -38,6 +38,9 @@ from voxwire.testing.watch import Entry, ExpectationFailed, Refused, Watch
 
 __all__ = ["FakeOVPClient", "SessionRefused"]
 
+_RESUME = str(ovp.SessionResume.__struct_config__.tag)
+"""The wire type of session.resume, as the watch logs it."""
+
 T = TypeVar("T")
 
 
@@ -184,7 +187,7 @@ class FakeOVPClient:
                     f"{client.over.detail}"
                 )
             return client.connected and any(
-                e.what.startswith("session.resume") for e in self.watch.log[since:]
+                e.what.startswith(_RESUME) for e in self.watch.log[since:]
             )
 
         await self.watch.until(back, "the client did not resume", timeout=self._wait(timeout))
