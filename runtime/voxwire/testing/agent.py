@@ -25,7 +25,7 @@ may take it up again (:meth:`FakeAgent.resumed`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 from voxwire import brisvox
@@ -41,7 +41,7 @@ from voxwire.brisvox.agent import (
 from voxwire.capture import Recorder
 from voxwire.clock import SYSTEM_CLOCK, Clock
 from voxwire.testing._relay import Relay
-from voxwire.testing.watch import Entry, ExpectationFailed, Refused, Watch
+from voxwire.testing.watch import ExpectationFailed, Watch, Watching
 
 __all__ = ["FakeAgent", "answering"]
 
@@ -71,7 +71,7 @@ def _expectable(message: Any) -> bool:
     return not isinstance(message, brisvox.SessionStart | brisvox.CommandResult)
 
 
-class FakeAgent:
+class FakeAgent(Watching):
     """A Brisvox agent for tests of an engine, one call at a time, on loopback.
 
     Args:
@@ -148,25 +148,6 @@ class FakeAgent:
         """The call now (the last one the fake took), or ``None`` before the first."""
         return self.sessions[-1] if self.sessions else None
 
-    @property
-    def sent(self) -> list[Any]:
-        """Every message of the engine the agent took, in order (``session.start`` too)."""
-        return self.watch.sent
-
-    @property
-    def refused(self) -> list[Refused]:
-        """Every message of the engine the agent refused, with its Brisvox code, in order."""
-        return self.watch.refused
-
-    @property
-    def log(self) -> list[Entry]:
-        """Everything the fake saw, both ways, in order."""
-        return self.watch.log
-
-    def transcript(self) -> str:
-        """What the fake saw lately, one line each (the plugin shows it when a test fails)."""
-        return self.watch.transcript()
-
     # -- the script -----------------------------------------------------------------------------
 
     async def connected(self, *, timeout: float | None = None) -> AgentSession:
@@ -187,12 +168,6 @@ class FakeAgent:
         :meth:`resumed`'s, a ``command.result`` its command's return). See
         :meth:`voxwire.testing.watch.Watch.expect`."""
         return await self.watch.expect(kind, timeout=self._wait(timeout))
-
-    async def until(
-        self, done: Callable[[], T | None], what: str, *, timeout: float | None = None
-    ) -> T:
-        """Wait until ``done()`` holds (see :meth:`voxwire.testing.watch.Watch.until`)."""
-        return await self.watch.until(done, what, timeout=self._wait(timeout))
 
     async def drop(self, *, timeout: float | None = None) -> None:
         """Reset the engine's link, both ways, as a network failure does, and wait until the
@@ -281,6 +256,3 @@ class FakeAgent:
         if self._relay is None:
             raise ExpectationFailed("the fake agent is not started: use `async with`")
         return self._relay
-
-    def _wait(self, timeout: float | None) -> float | None:
-        return self.wait if timeout is None else timeout

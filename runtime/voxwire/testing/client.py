@@ -23,7 +23,6 @@ the ``async with`` with :class:`SessionRefused`, which carries the OVP code.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any, TypeVar
 
 from voxwire import ovp
@@ -34,7 +33,7 @@ from voxwire.hosts import check_url
 from voxwire.ovp.client import HandshakeError as UpgradeRefused
 from voxwire.ovp.client import OVPClient, SessionFailed, TokenSource
 from voxwire.testing._relay import Relay
-from voxwire.testing.watch import Entry, ExpectationFailed, Refused, Watch
+from voxwire.testing.watch import ExpectationFailed, Watch, Watching
 
 __all__ = ["FakeOVPClient", "SessionRefused"]
 
@@ -60,7 +59,7 @@ class SessionRefused(HandshakeError, AssertionError):
         self.status = status
 
 
-class FakeOVPClient:
+class FakeOVPClient(Watching):
     """An OVP client for tests of a gateway: one session, on loopback, everything recorded.
 
     Args:
@@ -123,28 +122,9 @@ class FakeOVPClient:
     # -- what the gateway sent ------------------------------------------------------------------
 
     @property
-    def sent(self) -> list[Any]:
-        """Every event of the gateway the client took, in order."""
-        return self.watch.sent
-
-    @property
     def frames(self) -> list[ovp.AudioFrame]:
         """Every audio frame of the gateway the client took, in order."""
         return self.watch.frames
-
-    @property
-    def refused(self) -> list[Refused]:
-        """Every message of the gateway the client refused, with its OVP code, in order."""
-        return self.watch.refused
-
-    @property
-    def log(self) -> list[Entry]:
-        """Everything the fake saw, both ways, in order."""
-        return self.watch.log
-
-    def transcript(self) -> str:
-        """What the fake saw lately, one line each (the plugin shows it when a test fails)."""
-        return self.watch.transcript()
 
     # -- the script -----------------------------------------------------------------------------
 
@@ -153,12 +133,6 @@ class FakeOVPClient:
         included); the events of other types on the way are passed over. See
         :meth:`voxwire.testing.watch.Watch.expect`."""
         return await self.watch.expect(kind, timeout=self._wait(timeout))
-
-    async def until(
-        self, done: Callable[[], T | None], what: str, *, timeout: float | None = None
-    ) -> T:
-        """Wait until ``done()`` holds (see :meth:`voxwire.testing.watch.Watch.until`)."""
-        return await self.watch.until(done, what, timeout=self._wait(timeout))
 
     async def drop(self, *, timeout: float | None = None) -> None:
         """Reset the link, both ways, as a network failure does, and wait until the client
@@ -265,6 +239,3 @@ class FakeOVPClient:
     async def _read_audio(self, client: OVPClient) -> None:
         async for _ in client.audio():
             pass
-
-    def _wait(self, timeout: float | None) -> float | None:
-        return self.wait if timeout is None else timeout

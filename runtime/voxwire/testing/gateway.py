@@ -37,7 +37,7 @@ from voxwire.capture import Recorder
 from voxwire.clock import SYSTEM_CLOCK, Clock
 from voxwire.ovp.gateway import Gateway, GatewaySession, mint_token
 from voxwire.testing._relay import Relay
-from voxwire.testing.watch import Entry, ExpectationFailed, Refused, Watch
+from voxwire.testing.watch import ExpectationFailed, Watch, Watching
 
 __all__ = ["DEFAULT_AGENT", "DEFAULT_CALL", "FakeGateway"]
 
@@ -68,7 +68,7 @@ def _expectable(message: Any) -> bool:
     return not isinstance(message, ovp.SessionResume)  # resumed() waits for those
 
 
-class FakeGateway:
+class FakeGateway(Watching):
     """An OVP gateway for tests of a client, one session at a time, on loopback.
 
     Args:
@@ -149,28 +149,9 @@ class FakeGateway:
         return self.sessions[-1] if self.sessions else None
 
     @property
-    def sent(self) -> list[Any]:
-        """Every event the client sent that the gateway took, in order."""
-        return self.watch.sent
-
-    @property
     def frames(self) -> list[ovp.AudioFrame]:
         """Every audio frame of the client the gateway took, in order."""
         return self.watch.frames
-
-    @property
-    def refused(self) -> list[Refused]:
-        """Every message of the client the gateway refused, with its OVP code, in order."""
-        return self.watch.refused
-
-    @property
-    def log(self) -> list[Entry]:
-        """Everything the fake saw, both ways, in order."""
-        return self.watch.log
-
-    def transcript(self) -> str:
-        """What the fake saw lately, one line each (the plugin shows it when a test fails)."""
-        return self.watch.transcript()
 
     # -- the script -----------------------------------------------------------------------------
 
@@ -192,12 +173,6 @@ class FakeGateway:
         types on the way are passed over (``session.resume`` is :meth:`resumed`'s). See
         :meth:`voxwire.testing.watch.Watch.expect`."""
         return await self.watch.expect(kind, timeout=self._wait(timeout))
-
-    async def until(
-        self, done: Callable[[], T | None], what: str, *, timeout: float | None = None
-    ) -> T:
-        """Wait until ``done()`` holds (see :meth:`voxwire.testing.watch.Watch.until`)."""
-        return await self.watch.until(done, what, timeout=self._wait(timeout))
 
     async def drop(self, *, timeout: float | None = None) -> None:
         """Reset the client's link, both ways, as a network failure does, and wait until the
@@ -307,6 +282,3 @@ class FakeGateway:
         if self._relay is None:
             raise ExpectationFailed("the fake gateway is not started: use `async with`")
         return self._relay
-
-    def _wait(self, timeout: float | None) -> float | None:
-        return self.wait if timeout is None else timeout

@@ -46,6 +46,7 @@ __all__ = [
     "NothingArrived",
     "Refused",
     "Watch",
+    "Watching",
 ]
 
 log = logging.getLogger(__name__)
@@ -441,3 +442,45 @@ def _describe(message: Any) -> str:
 def _short(data: str | bytes, limit: int = 160) -> str:
     shown = repr(data)
     return shown if len(shown) <= limit else f"{shown[: limit - 3]}..."
+
+
+class Watching:
+    """What every fake shows of its :class:`Watch`, and how long it waits by default.
+
+    The base of :class:`~voxwire.testing.agent.FakeAgent`,
+    :class:`~voxwire.testing.gateway.FakeGateway` and
+    :class:`~voxwire.testing.client.FakeOVPClient`: each sets :attr:`watch` and :attr:`wait`.
+    """
+
+    watch: Watch
+    """The fake's recorder: every message and link change, judged by its side's core."""
+    wait: float | None
+    """How long a wait of the fake lasts when the call names no timeout (``None``: forever)."""
+
+    @property
+    def sent(self) -> list[Any]:
+        """Every message of the code under test the fake took, in order."""
+        return self.watch.sent
+
+    @property
+    def refused(self) -> list[Refused]:
+        """Every message of the code under test the fake refused, with the protocol's code."""
+        return self.watch.refused
+
+    @property
+    def log(self) -> list[Entry]:
+        """Everything the fake saw, both ways, in order."""
+        return self.watch.log
+
+    def transcript(self) -> str:
+        """What the fake saw lately, one line each (the plugin shows it when a test fails)."""
+        return self.watch.transcript()
+
+    async def until(
+        self, done: Callable[[], T | None], what: str, *, timeout: float | None = None
+    ) -> T:
+        """Wait until ``done()`` holds (see :meth:`Watch.until`)."""
+        return await self.watch.until(done, what, timeout=self._wait(timeout))
+
+    def _wait(self, timeout: float | None) -> float | None:
+        return self.wait if timeout is None else timeout
