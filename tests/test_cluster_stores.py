@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,6 +28,7 @@ from voxwire.cluster import (
     StoreUnavailable,
     connect_redis,
 )
+from voxwire.cluster.directory import RENEW_BATCH
 from voxwire.ovp import REPLAY_BUFFER_MAX_EVENTS
 
 redis_asyncio = pytest.importorskip("redis.asyncio", reason="the redis extra is not installed")
@@ -293,15 +295,33 @@ async def test_the_memory_directory_knows_only_itself() -> None:
     assert await directory.lookup("ovp", "s1") is None
 
 
+@contextlib.asynccontextmanager
+async def _directory(
+    server: RedisServer, process: str, clock: ScaledClock
+) -> AsyncIterator[RedisDirectory]:
+    """A started directory of ``process`` on its own client: closed, and the client with it."""
+    client = connect_redis(server.url)
+    directory = RedisDirectory(client, Owner(process, "127.0.0.1", 9001), clock=clock)
+    try:
+        await directory.start()
+        yield directory
+    finally:
+        await directory.close()
+        await client.aclose()
+
+
+def _stop_heartbeat(directory: RedisDirectory) -> None:
+    """The process hangs or dies: nothing renews its entries from now on."""
+    assert directory._task is not None
+    directory._task.cancel()
+
+
 @aio
 async def test_owners_return_within_one_heartbeat_after_redis_loses_its_data(
     redis_server: RedisServer,
 ) -> None:
-    client = connect_redis(redis_server.url)
     clock = ScaledClock(20)  # heartbeat 1 s = 50 ms real, expiry 3 s = 150 ms
-    a = RedisDirectory(client, Owner("a", "127.0.0.1", 9001), clock=clock)
-    try:
-        await a.start()
+    async with _client(redis_server) as client, _directory(redis_server, "a", clock) as a:
         await a.claim("ovp", "s1")
         await a.claim("brisvox", "call-1", ttl=60)
         await client.flushall()  # a restart, a failover or an eviction: every key is gone
@@ -309,41 +329,26 @@ async def test_owners_return_within_one_heartbeat_after_redis_loses_its_data(
         await clock.sleep(1.5)  # one heartbeat (and a half, for a loaded machine)
         assert await a.lookup("ovp", "s1") == a.me
         assert await a.lookup("brisvox", "call-1") == a.me
-    finally:
-        await a.close()
-        await client.aclose()
 
 
 @aio
 async def test_a_dead_process_entries_expire_within_the_expiry_not_a_day(
     redis_server: RedisServer,
 ) -> None:
-    client = connect_redis(redis_server.url)
     clock = ScaledClock(20)
-    a = RedisDirectory(client, Owner("a", "127.0.0.1", 9001), clock=clock)
-    try:
-        await a.start()
+    async with _client(redis_server) as client, _directory(redis_server, "a", clock) as a:
         await a.claim("ovp", "s1")
         key = "voxwire:owner:ovp:s1"
         assert 0 < await client.pttl(key) <= clock.real_seconds(3.0) * 1000
-        assert a._task is not None
-        a._task.cancel()  # killed: nothing renews
+        _stop_heartbeat(a)
         await clock.sleep(4.0)
         assert await client.exists(key) == 0  # restarted under the same id, it attracts nothing
-    finally:
-        await a.close()
-        await client.aclose()
 
 
 @aio
 async def test_a_takeover_fences_the_stale_owner(redis_server: RedisServer) -> None:
-    a_client, b_client = connect_redis(redis_server.url), connect_redis(redis_server.url)
     clock = ScaledClock(20)
-    a = RedisDirectory(a_client, Owner("a", "127.0.0.1", 9001), clock=clock)
-    b = RedisDirectory(b_client, Owner("b", "127.0.0.1", 9002), clock=clock)
-    try:
-        await a.start()
-        await b.start()
+    async with _directory(redis_server, "a", clock) as a, _directory(redis_server, "b", clock) as b:
         first = await a.claim("ovp", "s1")
         second = await b.claim("ovp", "s1")  # b takes the session over
         assert second == first + 1 and await a.lookup("ovp", "s1") == b.me
@@ -352,28 +357,42 @@ async def test_a_takeover_fences_the_stale_owner(redis_server: RedisServer) -> N
         assert await a.lookup("ovp", "s1") == b.me  # a never wrote over b's entry
         await a.release("ovp", "s1")  # a stale release deletes nothing
         assert await b.lookup("ovp", "s1") == b.me
-    finally:
-        await a.close()
-        await b.close()
-        await a_client.aclose()
-        await b_client.aclose()
 
 
 @aio
 async def test_a_claim_with_a_ttl_stops_being_renewed_when_it_passes(
     redis_server: RedisServer,
 ) -> None:
-    client = connect_redis(redis_server.url)
     clock = ScaledClock(20)
-    a = RedisDirectory(client, Owner("a", "127.0.0.1", 9001), clock=clock)
-    try:
-        await a.start()
+    async with _directory(redis_server, "a", clock) as a:
         await a.claim("brisvox", "call-1", ttl=2.0)  # a parked call's resume window
         assert a.holds("brisvox", "call-1")
         await clock.sleep(2.5)
         assert not a.holds("brisvox", "call-1")
         await clock.sleep(4.0)  # past the last renewal's expiry
         assert await a.lookup("brisvox", "call-1") is None
-    finally:
-        await a.close()
-        await client.aclose()
+
+
+@pytest.mark.parametrize("leases", [RENEW_BATCH, RENEW_BATCH + 1, 3 * RENEW_BATCH])
+@aio
+async def test_every_lease_is_renewed_in_batches_of_at_most_the_bound(
+    redis_server: RedisServer, leases: int
+) -> None:
+    clock = ScaledClock(20)
+    async with _client(redis_server) as client, _directory(redis_server, "a", clock) as a:
+        batches: list[int] = []
+        renew = a._renew
+
+        async def counted(*, keys: list[str], args: list[object]) -> Any:
+            batches.append(len(keys))
+            return await renew(keys=keys, args=args)
+
+        a._renew = counted  # type: ignore[assignment]
+        for n in range(leases):
+            await a.claim("ovp", f"s{n}")
+        await client.flushall()
+        await clock.sleep(1.5)  # one heartbeat writes every lease back, batch by batch
+        keys = [f"voxwire:owner:ovp:s{n}" for n in range(leases)]
+        assert await client.exists(*keys) == leases
+        assert max(batches) == RENEW_BATCH  # never more in one call
+        assert batches[-1] == (leases % RENEW_BATCH or RENEW_BATCH)  # the rest, last

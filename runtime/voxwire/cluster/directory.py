@@ -34,7 +34,14 @@ from voxwire.cluster.replay import StoreUnavailable
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
-__all__ = ["Directory", "MemoryDirectory", "Owner", "RedisDirectory", "other_owner"]
+__all__ = [
+    "RENEW_BATCH",
+    "Directory",
+    "MemoryDirectory",
+    "Owner",
+    "RedisDirectory",
+    "other_owner",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -141,6 +148,10 @@ return lost
 """
 """Renew every lease of this process: write back an entry Redis lost, leave one another claim
 took (returning its position, 1-based)."""
+
+RENEW_BATCH: Final = 512
+"""Most leases one renewal script call carries (a process with more renews them in several
+calls per heartbeat, so no one call holds Redis for long)."""
 
 _FENCE_LIFETIME_MS: Final = 24 * 3600 * 1000
 """How long a session's fencing counter outlives its last claim (real milliseconds)."""
@@ -281,12 +292,24 @@ class RedisDirectory:
             del self._leases[owner_key]  # its ttl passed: Redis lets the entry expire
         if not self._leases:
             return
-        keys = list(self._leases)
-        values = [self._leases[k].value for k in keys]
-        lost = await self._call(self._renew(keys=keys, args=[self._real_ms(self._expiry), *values]))
-        for position in lost:
-            gone = self._leases.pop(keys[int(position) - 1], None)
-            if gone is not None:
+        held = list(self._leases)
+        expiry = self._real_ms(self._expiry)
+        for start in range(0, len(held), RENEW_BATCH):
+            # Claims and releases go on between the batches: each batch takes the leases as
+            # they are when it is sent.
+            leases = [
+                (k, self._leases[k]) for k in held[start : start + RENEW_BATCH] if k in self._leases
+            ]
+            keys = [k for k, _ in leases]
+            values = [lease.value for _, lease in leases]
+            lost = await self._call(self._renew(keys=keys, args=[expiry, *values]))
+            self._give_up([leases[int(position) - 1] for position in lost])
+
+    def _give_up(self, lost: list[tuple[str, _Lease]]) -> None:
+        """Forget the leases another claim took, unless this process claimed again since."""
+        for key, lease in lost:
+            if self._leases.get(key) is lease:
+                gone = self._leases.pop(key)
                 _log.warning(
                     "%s session %s was claimed by another process: this one gives it up",
                     gone.protocol,
