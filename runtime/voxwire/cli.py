@@ -15,13 +15,14 @@ Errors are one line on stderr with exit status 2; Ctrl-C ends any command with s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import os
 import shutil
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from importlib import import_module
 from pathlib import Path
 from typing import Any
@@ -98,23 +99,15 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise CommandError(f"{name}: {exc.strerror or exc}") from None
     tally = Tally()
-    with _Progress(raw, name) as progress, io.BufferedReader(progress) as lines:
-        try:
-            _, findings = check_capture(lines, tally, protocol=args.protocol)
-            for finding in findings:
-                code = "note" if isinstance(finding, Note) else finding.code
-                print(f"{name}:{finding.line}: {code}: {_printable(finding.text)}")
-        except CaptureError as exc:
-            raise CommandError(f"{name}:{exc.line}: {_printable(exc.problem)}") from None
-        except (BrokenPipeError, KeyboardInterrupt):
-            raise
-        except OSError as exc:
-            raise CommandError(f"{name}: {exc.strerror or exc}") from None
-        except Exception as exc:  # voxwire's own failure: said in one line, with where
-            where = f"{type(exc).__name__} at {_raised_at(exc)}: {_printable(str(exc))[:200]}"
-            raise CommandError(
-                f"{name}: voxwire failed at line {tally.line} ({where}); {BUG_REPORT}"
-            ) from None
+    with (
+        _Progress(raw, name) as progress,
+        io.BufferedReader(progress) as lines,
+        _one_line(name, lambda: f" at line {tally.line}"),
+    ):
+        _, findings = check_capture(lines, tally, protocol=args.protocol)
+        for finding in findings:
+            code = "note" if isinstance(finding, Note) else finding.code
+            print(f"{name}:{finding.line}: {code}: {_printable(finding.text)}")
     print(
         f"{name}: {_count(tally.messages, 'message')}, {_count(tally.frames, 'frame')}, "
         f"{_count(tally.violations, 'violation')}"
@@ -128,18 +121,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
     name = _printable(str(capture))
     if output.resolve() == capture.resolve():
         raise CommandError(f"{name}: the report would overwrite the capture; name another -o")
-    try:
+    with _one_line(name):
         call = read_call(capture, protocol=args.protocol)
         page = render_page(call)
-    except CaptureError as exc:
-        raise CommandError(f"{name}:{exc.line}: {_printable(exc.problem)}") from None
-    except (BrokenPipeError, KeyboardInterrupt):
-        raise
-    except OSError as exc:
-        raise CommandError(f"{name}: {exc.strerror or exc}") from None
-    except Exception as exc:  # voxwire's own failure: said in one line, with where
-        where = f"{type(exc).__name__} at {_raised_at(exc)}: {_printable(str(exc))[:200]}"
-        raise CommandError(f"{name}: voxwire failed ({where}); {BUG_REPORT}") from None
     try:
         output.write_text(page, encoding="utf-8")
     except OSError as exc:
@@ -149,6 +133,24 @@ def _cmd_report(args: argparse.Namespace) -> int:
         f"{_count(call.frames, 'frame')}, {_count(call.violations, 'violation')})"
     )
     return 0
+
+
+@contextlib.contextmanager
+def _one_line(name: str, at: Callable[[], str] = str) -> Iterator[None]:
+    """Every failure of reading the capture ``name`` as one line: where the capture is broken,
+    what the system refused, or voxwire's own failure (``at()`` says where in the capture) with
+    the bug-report hint; never a traceback."""
+    try:
+        yield
+    except CaptureError as exc:
+        raise CommandError(f"{name}:{exc.line}: {_printable(exc.problem)}") from None
+    except (BrokenPipeError, KeyboardInterrupt):
+        raise
+    except OSError as exc:
+        raise CommandError(f"{name}: {exc.strerror or exc}") from None
+    except Exception as exc:  # voxwire's own failure: said in one line, with where
+        where = f"{type(exc).__name__} at {_raised_at(exc)}: {_printable(str(exc))[:200]}"
+        raise CommandError(f"{name}: voxwire failed{at()} ({where}); {BUG_REPORT}") from None
 
 
 def _printable(text: str) -> str:
