@@ -31,6 +31,8 @@ _ROOT = Path(__file__).resolve().parents[2]
 
 
 def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
+    if not (_PLACEHOLDER.search(markdown) or _FLOW.search(markdown)):
+        return markdown  # most pages draw nothing: the specs are loaded only for those that do
     protocols = {p.id: p for p in load_protocols(_ROOT)}
 
     def draw(match: re.Match[str]) -> str:
@@ -49,7 +51,7 @@ def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
 
     def flow(match: re.Match[str]) -> str:
         protocol, flow_id = match[1], match[2]
-        flows = {p.id: load_flows(p, _ROOT) for p in protocols.values()}.get(protocol)
+        flows = load_flows(protocols[protocol], _ROOT) if protocol in protocols else None
         found = next((f for f in flows.flows if f.id == flow_id), None) if flows else None
         if found is None:
             raise PluginError(
