@@ -114,12 +114,18 @@ def _bytes_group(title: str, protocol: Any, sender: str, texts: list[str], round
     """Decoding the same messages as bytes, as captures, queues, Redis streams and ``websockets``
     with ``decode=False`` hand them over (the README's first example decodes bytes)."""
     union = getattr(protocol, f"{sender.capitalize()}Message")
-    contenders = [
+    contenders = _msgspec_contenders(protocol, sender, union)
+    # The SDK's parser takes text only: it refuses bytes as a binary frame.
+    return Group(title, measure(contenders, [text.encode() for text in texts], rounds))
+
+
+def _msgspec_contenders(protocol: Any, sender: str, union: Any) -> list[Contender]:
+    """voxwire's decoder and the two bare msgspec unions it is held to, from text or bytes."""
+    return [
         Contender("voxwire decode", protocol.decoder(sender)),
         Contender(BARE, peers.bare_union(union)),
         Contender(UNCHECKED, peers.unchecked_union(union)),
-    ]  # the SDK's parser takes text only: it refuses bytes as a binary frame
-    return Group(title, measure(contenders, [text.encode() for text in texts], rounds))
+    ]
 
 
 def _decode_group(title: str, protocol: Any, sender: str, texts: list[str], rounds: int) -> Group:
@@ -128,9 +134,7 @@ def _decode_group(title: str, protocol: Any, sender: str, texts: list[str], roun
     names = [member.__name__ for member in union.__args__]
     protocol_id = protocol.__name__.rsplit(".", 1)[1]
     contenders = [
-        Contender("voxwire decode", protocol.decoder(sender)),
-        Contender(BARE, peers.bare_union(union)),
-        Contender(UNCHECKED, peers.unchecked_union(union)),
+        *_msgspec_contenders(protocol, sender, union),
         Contender(
             "voxwire decode(data, sender=...)", lambda data: protocol.decode(data, sender=sender)
         ),
