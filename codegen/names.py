@@ -68,6 +68,7 @@ __all__ = [
     "rule",
     "send_method",
     "sender_union",
+    "state_group",
     "union_types",
 ]
 
