@@ -81,6 +81,7 @@ from voxwire.cluster.relay import RelayFailed, carry, open_relay
 from voxwire.errors import SessionClosed
 from voxwire.hosts import is_loopback
 from voxwire.link import Keepalive, Link, Outbound, Overflow
+from voxwire.observe.endpoints import Endpoints
 from voxwire.sansio import Close, LinkDown
 from voxwire.session import DeadlineTimer
 
@@ -214,6 +215,8 @@ class AgentServer:
         self._tasks: set[asyncio.Task[None]] = set()
         self._expiry = DeadlineTimer(clock, self._registry.next_deadline, self._expire)
         self._closing = False
+        self.endpoints = Endpoints()
+        """``/healthz``, ``/readyz`` and ``/metrics`` on the server's port."""
 
     @property
     def port(self) -> int:
@@ -287,6 +290,9 @@ class AgentServer:
     # -- HTTP, before the upgrade ---------------------------------------------------------------
 
     def _check_request(self, connection: ServerConnection, request: Request) -> Response | None:
+        probe = self.endpoints.answer(connection, request)
+        if probe is not None:
+            return probe
         if "Origin" in request.headers:
             log.warning("refused a request with an Origin header (a browser)")
             return connection.respond(HTTPStatus.FORBIDDEN, "browser origins are refused\n")

@@ -4,6 +4,8 @@
   sans-I/O (every input carries its time);
 - :mod:`voxwire.observe.snapshot`: what it counted, frozen
   (:class:`~voxwire.observe.snapshot.Snapshot`);
+- :mod:`voxwire.observe.endpoints`: ``/healthz``, ``/readyz`` and ``/metrics``, answered on
+  every server's own port (:class:`~voxwire.observe.endpoints.Endpoints`);
 - :mod:`voxwire.observe.marks`: the types of the tables the spec's ``statistics:`` generates
   (which messages end a turn, start a tool call, resume the session...).
 

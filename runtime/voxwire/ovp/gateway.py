@@ -45,6 +45,7 @@ from voxwire.cluster import Directory, StoreUnavailable, other_owner
 from voxwire.cluster.relay import RelayFailed, carry, open_relay
 from voxwire.hosts import is_loopback
 from voxwire.link import Keepalive
+from voxwire.observe.endpoints import Endpoints
 from voxwire.ovp import (
     ENDPOINT_PATH,
     MAX_RECEIVE_BYTES,
@@ -170,6 +171,8 @@ class Gateway:
         self.record = record
         self.directory = directory
         self._ssl = ssl
+        self.endpoints = Endpoints()
+        """``/healthz``, ``/readyz`` and ``/metrics`` on the gateway's port."""
         self._server: Server | None = None
         self._sessions: dict[str, GatewaySession] = {}
         self._owning: set[asyncio.Task[None]] = set()
@@ -323,6 +326,9 @@ class Gateway:
 
     def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
         """Route the path, check the subprotocol; the token waits for the handshake's end."""
+        probe = self.endpoints.answer(connection, request)
+        if probe is not None:
+            return probe
         path = urlsplit(request.path).path
         try:
             if not path.startswith(_PREFIX):
