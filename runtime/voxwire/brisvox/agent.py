@@ -479,7 +479,7 @@ class AgentServer:
             await link.perform([Close(CloseCode.NORMAL, "the call ended")])
             return None
         self._registry.live(session.id)
-        session.take_over(link, start, version)
+        session.take_over(link, start, version, accept)
         return session
 
     def _host(self) -> CallHost:

@@ -33,6 +33,7 @@ from voxwire.brisvox.agent_core import (
     ToolCallStarted,
 )
 from voxwire.brisvox.agent_tools import Tool, Tools
+from voxwire.brisvox.codec import decoder, encode
 from voxwire.brisvox.constants import END_COMMAND_EXTRA_MS, TRANSFER_COMMAND_EXTRA_MS, CloseCode
 from voxwire.brisvox.errors import ErrorCode
 from voxwire.brisvox.messages import (
@@ -51,6 +52,8 @@ from voxwire.capture import CaptureWriter, Recorder
 from voxwire.clock import Clock
 from voxwire.errors import SessionClosed
 from voxwire.link import Link, Put
+from voxwire.observe.snapshot import Snapshot
+from voxwire.observe.stats import SessionStats, wire_size
 from voxwire.sansio import Close, Ignored, LinkDown, SendText
 from voxwire.session import DeadlineTimer, Handler, Handlers, Inbox
 
@@ -101,7 +104,7 @@ class CommandTimeout(CommandFailed, TimeoutError):
 class AgentLink:
     """One connection of a call: its socket, its way out, its core, and the call's recorder."""
 
-    __slots__ = ("capture", "core", "out", "recorder", "timer", "ws")
+    __slots__ = ("capture", "core", "out", "recorder", "stats", "timer", "ws")
 
     def __init__(
         self, ws: ServerConnection, core: AgentCore, way_out: Callable[[AgentLink], Link]
@@ -113,6 +116,8 @@ class AgentLink:
         """The capture file opened for a new call (its session closes it at the call's end)."""
         self.timer: DeadlineTimer | None = None
         """The core's deadlines (its session's, once the link carries a call)."""
+        self.stats: SessionStats | None = None
+        """Its call's statistics, once the link carries a call: every write is counted."""
         self.out = way_out(self)
         """Every write goes here: one queue, one writer, the keepalive, the close."""
 
@@ -123,6 +128,10 @@ class AgentLink:
         if put is not Put.QUEUED:
             reason = self.out.down.reason if self.out.down else "the link is closing"
             raise SessionClosed(f"nothing more can be sent: {reason}")
+        if self.stats is not None:  # the agent's own messages are few: read back to be counted
+            self.stats.on_message(
+                "agent", _DECODE_AGENT(frame.data), self.out.clock.now(), size=len(frame.data)
+            )
 
     async def perform(self, outputs: Sequence[AgentOutput]) -> None:
         """Carry out what the core asks of the link: writes, a close (then wait until it was
@@ -222,6 +231,8 @@ class AgentSession(AgentSends[Coroutine[Any, Any, CommandResult]], AgentReceives
         self._recorder = link.recorder
         self._capture = link.capture
         self._link: AgentLink | None = None
+        self._stats = SessionStats.of("brisvox", own="agent")
+        self._handshake(start, accept)
         self._attach(link)
 
     @property
@@ -248,6 +259,12 @@ class AgentSession(AgentSends[Coroutine[Any, Any, CommandResult]], AgentReceives
     def recorder(self) -> Recorder | None:
         """Where the call's messages are recorded, across its links (``record``), or None."""
         return self._recorder
+
+    @property
+    def stats(self) -> Snapshot:
+        """The call's statistics so far, across its links (docs/observability.md): what the
+        agent sent as it queued it, what it read once its core accepted it."""
+        return self._stats.snapshot()
 
     @property
     def events_lost(self) -> int:
@@ -326,7 +343,7 @@ class AgentSession(AgentSends[Coroutine[Any, Any, CommandResult]], AgentReceives
         is parked for a resumption, or over."""
         # The loop runs once per message: what it reads on every pass is bound here.
         core, out, clock, recorder = link.core, link.out, self._host.clock, self._recorder
-        inbox = self._inbox
+        inbox, stats = self._inbox, self._stats
         try:
             async for raw in link.ws:
                 now = clock.now()
@@ -337,6 +354,7 @@ class AgentSession(AgentSends[Coroutine[Any, Any, CommandResult]], AgentReceives
                     outputs = core.receive_text(raw, now)
                 else:
                     outputs = core.receive_binary(raw, now)
+                _count_read(stats, outputs, now, wire_size(raw))
                 self._apply(link, outputs)
                 if 2 * len(inbox) >= inbox.maxsize:
                     # Half the application's queue waits: websockets hands over buffered
@@ -353,15 +371,19 @@ class AgentSession(AgentSends[Coroutine[Any, Any, CommandResult]], AgentReceives
             if self._ended:
                 self._close_capture()
 
-    def take_over(self, link: AgentLink, start: SessionStart, version: int) -> None:
-        """A resumption was accepted on ``link``: the call goes on there (a half-open link it
-        still had is closed), and the application hears :class:`Resumed`."""
+    def take_over(
+        self, link: AgentLink, start: SessionStart, version: int, accept: SessionAccept
+    ) -> None:
+        """A resumption was accepted on ``link`` with ``accept``: the call goes on there (a
+        half-open link it still had is closed), and the application hears :class:`Resumed`."""
         old = self._link
         if old is not None:  # a half-open link: the resumption takes the call over
             self._wind_down(old, "superseded by a resumed link")
             old.out.close(CloseCode.NORMAL, "superseded by a resumed link")
         assert not isinstance(start.resume, msgspec.UnsetType) and start.resume is not None
         resume = start.resume
+        self._stats.on_link("open", self._host.clock.now())
+        self._handshake(start, accept)
         self._attach(link)
         self.version = version
         self.resumes += 1
@@ -430,14 +452,23 @@ class AgentSession(AgentSends[Coroutine[Any, Any, CommandResult]], AgentReceives
 
     def _attach(self, link: AgentLink) -> None:
         self._link = link
+        link.stats = self._stats
         link.timer = DeadlineTimer(
             self._host.clock,
             link.core.next_deadline,
             lambda now: self._apply(link, link.core.tick(now)),
         )
 
+    def _handshake(self, start: SessionStart, accept: SessionAccept) -> None:
+        """Count the link's handshake, which the server answered before the call's session
+        took the link (the sizes are those of the messages as voxwire writes them)."""
+        now = self._host.clock.now()
+        self._stats.on_message("server", start, now, size=len(encode(start)))
+        self._stats.on_message("agent", accept, now, size=len(encode(accept)))
+
     def _wind_down(self, link: AgentLink, reason: str) -> None:
         """A link is gone: commands fail, running tools hear ``link_closed``."""
+        link.stats = None
         if self._link is link:
             self._link = None
             self._seen_seq = link.core.last_seq
@@ -455,6 +486,7 @@ class AgentSession(AgentSends[Coroutine[Any, Any, CommandResult]], AgentReceives
         if self._ended:
             return
         if self._host.park(self):
+            self._stats.on_link("lost", self._host.clock.now())
             if self._recorder is not None:
                 self._recorder.link("lost")
         else:
@@ -475,5 +507,23 @@ class AgentSession(AgentSends[Coroutine[Any, Any, CommandResult]], AgentReceives
             self._capture = None
 
 
+def _count_read(stats: SessionStats, outputs: list[AgentOutput], now: float, size: int) -> None:
+    """Count what the core read of one message: the message it accepted, or nothing read."""
+    for out in outputs:
+        field = _READ.get(type(out))
+        if field is not None and (message := getattr(out, field)) is not None:
+            stats.on_message("server", message, now, size=size)
+            return
+    stats.on_unreadable("server", now, size=size)
+
+
+_READ: Final[dict[type, str]] = {
+    EventReceived: "message",
+    CommandAnswered: "result",
+    ToolCallStarted: "call",
+    ToolCallCancelled: "message",
+}
+"""The outputs that carry the server's message they were read from, and its field."""
+_DECODE_AGENT: Final = decoder("agent")
 _COMMANDS: Final = get_args(Command)
 """What the typed sends may send through ``AgentSession._send``."""

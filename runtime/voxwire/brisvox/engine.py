@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl as ssl_module
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeAlias, assert_never, get_args
 
@@ -42,7 +42,7 @@ from voxwire.brisvox._engine_transport import (
     describe,
     open_link,
 )
-from voxwire.brisvox.codec import encode
+from voxwire.brisvox.codec import decoder, encode
 from voxwire.brisvox.engine_config import (
     AgentLinkConfig,
     AgentTarget,
@@ -86,6 +86,8 @@ from voxwire.capture import Record, open_recorder
 from voxwire.clock import SYSTEM_CLOCK, Clock
 from voxwire.errors import ConfigError
 from voxwire.link import Link
+from voxwire.observe.snapshot import Snapshot
+from voxwire.observe.stats import SessionStats, wire_size
 from voxwire.sansio import Close, Ignored, SendText
 from voxwire.session import DeadlineTimer, Handler, Handlers, Inbox
 
@@ -198,8 +200,16 @@ class EngineLink(EngineSends[None], EngineReceives):
         self._recorder, self._capture = open_recorder(
             record, protocol="brisvox", recorded_by="server", session_id=session_id, clock=clock
         )
+        self._stats = SessionStats.of("brisvox", own="server")
 
     # -- state ----------------------------------------------------------------------------------
+
+    @property
+    def stats(self) -> Snapshot:
+        """The call's statistics so far, across its links (docs/observability.md): what the
+        engine sent as it queued it (its size with the widest envelope, which the writer
+        stamps in place), what it read once its core accepted it."""
+        return self._stats.snapshot()
 
     @property
     def accept(self) -> SessionAccept | None:
@@ -268,9 +278,11 @@ class EngineLink(EngineSends[None], EngineReceives):
 
         Raises ``brisvox.ProtocolError`` (nothing queued, the link unharmed) when it breaks a
         rule."""
-        outputs = self.core.send_event(event, self.clock.now())
-        if self._link is not None and len(outputs) == 1 and type(outputs[0]) is SendEvent:
-            self._link.event(outputs[0])  # the common case: nothing else to apply or wake
+        now = self.clock.now()
+        outputs = self.core.send_event(event, now)
+        if self._link is not None and len(outputs) == 1 and type(sent := outputs[0]) is SendEvent:
+            self._link.event(sent)  # the common case: nothing else to apply or wake
+            self._stats.on_message("server", event, now, size=len(sent.data))
             return
         self._apply(outputs)
 
@@ -388,8 +400,10 @@ class EngineLink(EngineSends[None], EngineReceives):
             self._apply(self.core.connect_failed(self.clock.now(), reason))
             return None
         self._ws = ws
-        if self._recorder is not None and self.core.link > 0:  # a reconnection
-            self._recorder.link("open")
+        if self.core.link > 0:  # a reconnection
+            self._stats.on_link("open", self.clock.now())
+            if self._recorder is not None:
+                self._recorder.link("open")
         number = self.core.link + 1
         self._link = open_link(
             ws,
@@ -421,9 +435,11 @@ class EngineLink(EngineSends[None], EngineReceives):
                 if self._recorder is not None:
                     self._recorder.record("agent", raw)
                 if isinstance(raw, str):
-                    self._apply(self.core.receive_text(raw, now))
+                    outputs = self.core.receive_text(raw, now)
                 else:
-                    self._apply(self.core.receive_binary(raw, now))
+                    outputs = self.core.receive_binary(raw, now)
+                _count_read(self._stats, outputs, now, wire_size(raw))
+                self._apply(outputs)
         except ConnectionClosed as exc:
             reason = str(exc)
         finally:
@@ -433,8 +449,10 @@ class EngineLink(EngineSends[None], EngineReceives):
                 task.cancel()
             if self.core.link == number:
                 self._apply(self.core.link_lost(self.clock.now(), reason))
-            if self._recorder is not None and self.core.state is EngineState.DOWN:
-                self._recorder.link("lost")  # a reconnection follows
+            down = self.core.state is EngineState.DOWN  # a reconnection follows
+            self._stats.on_link("lost" if down else "closed", self.clock.now())
+            if self._recorder is not None and down:
+                self._recorder.link("lost")
             self._ws = None
             self._link = None
 
@@ -446,7 +464,7 @@ class EngineLink(EngineSends[None], EngineReceives):
             match out:
                 case SendEvent() | SendText() | CloseAfter() | Close():
                     if link is not None:
-                        _write(link, out)
+                        _write(link, out, self._stats, self.clock.now())
                 case CommandReceived():
                     self._command(out)
                 case ToolFinished(message=message, request_id=request_id):
@@ -534,20 +552,48 @@ class EngineLink(EngineSends[None], EngineReceives):
         return self.clock.real_seconds(max(0.0, seconds))
 
 
-def _write(link: Link, out: SendEvent | SendText | CloseAfter | Close) -> None:
-    """Hand a write of the core to ``link``: an event (bounded), control, the end, a close."""
+def _write(
+    link: Link, out: SendEvent | SendText | CloseAfter | Close, stats: SessionStats, now: float
+) -> None:
+    """Hand a write of the core to ``link``: an event (bounded), control, the end, a close; each
+    message is counted, read back from its bytes (these are few: ``send_event``'s common case
+    counts its events itself)."""
+    written: Sequence[SendText] = ()
     match out:
         case SendEvent():
             link.event(out)
+            written = (out,)
         case SendText():
             link.control(out)
+            written = (out,)
         case CloseAfter(final=final, close=close):
             link.close(close.code, close.reason, final=final)
+            written = final
         case Close(code=code, reason=reason):
             link.close(code, reason)
         case _:
             assert_never(out)
+    for frame in written:
+        stats.on_message("server", _DECODE_SERVER(frame.data), now, size=len(frame.data))
 
 
+def _count_read(stats: SessionStats, outputs: list[EngineOutput], now: float, size: int) -> None:
+    """Count what the core read of one message: the message it accepted, or nothing read."""
+    for out in outputs:
+        field = _READ.get(type(out))
+        if field is not None and (message := getattr(out, field)) is not None:
+            stats.on_message("agent", message, now, size=size)
+            return
+    stats.on_unreadable("agent", now, size=size)
+
+
+_READ: Final[dict[type, str]] = {
+    CommandReceived: "command",
+    ToolFinished: "message",
+    AgentAccepted: "accept",
+    HandshakeFailed: "rejected",
+}
+"""The outputs that carry the agent's message they were read from, and its field."""
+_DECODE_SERVER: Final = decoder("server")
 _SENDABLE: Final = (*get_args(Event), ErrorEvent)
 """What the typed sends may send through ``EngineLink._send``."""

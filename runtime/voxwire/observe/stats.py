@@ -29,16 +29,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from importlib import import_module
+from operator import attrgetter
 from types import MappingProxyType
 from typing import Any, Final
 
 from voxwire.errors import VoxwireError
+from voxwire.observe._tally import FIRST_WIDTH_S, MAX_POINTS, Series, Side, Tally
 from voxwire.observe.marks import Marks
 from voxwire.observe.snapshot import (
-    LATENCY_BOUNDS_MS,
     Direction,
-    Durations,
-    Point,
     Resume,
     Snapshot,
     ToolCall,
@@ -52,144 +51,29 @@ __all__ = [
     "MAX_POINTS",
     "SessionStats",
     "StatsError",
+    "wire_size",
 ]
 
 MAX_LISTED: Final = 1000
 """The most turns, tool calls and resumes a snapshot lists (the first ones); all are counted."""
 MAX_OPEN_TOOL_CALLS: Final = 1024
 """The most tool calls awaiting their outcome at once; a call past it is counted, never ended."""
-MAX_POINTS: Final = 512
-"""The most points of the plot series: past it, the buckets double in width."""
-FIRST_WIDTH_S: Final = 0.02
-"""The width of the plot series' buckets while the session is short: one 20 ms frame."""
 LINK_EVENTS: Final = ("lost", "closed", "open")
 OUTCOMES: Final = ("ok", "error", "cancelled")
 
 _US: Final = 1_000_000
-_FIRST_WIDTH_US: Final = round(FIRST_WIDTH_S * _US)
+
+
+def wire_size(data: str | bytes) -> int:
+    """The bytes ``data`` takes on the wire: a text's UTF-8 length (counted without encoding it
+    when it is ASCII, as protocol messages mostly are)."""
+    if type(data) is str:
+        return len(data) if data.isascii() else len(data.encode())
+    return len(data)
 
 
 class StatsError(VoxwireError, ValueError):
     """An input the statistics cannot take: names the input and what is wrong with it."""
-
-
-class _Durations:
-    def __init__(self) -> None:
-        self.count = 0
-        self.total = 0
-        self.minimum: int | None = None
-        self.maximum: int | None = None
-        self.histogram = [0] * (len(LATENCY_BOUNDS_MS) + 1)
-
-    def add(self, us: int) -> None:
-        self.count += 1
-        self.total += us
-        self.minimum = us if self.minimum is None else min(self.minimum, us)
-        self.maximum = us if self.maximum is None else max(self.maximum, us)
-        bucket = next(
-            (i for i, bound in enumerate(LATENCY_BOUNDS_MS) if us <= bound * 1000),
-            len(LATENCY_BOUNDS_MS),
-        )
-        self.histogram[bucket] += 1
-
-    def frozen(self) -> Durations:
-        return Durations(
-            self.count,
-            self.total / _US,
-            None if self.minimum is None else self.minimum / _US,
-            None if self.maximum is None else self.maximum / _US,
-            tuple(self.histogram),
-        )
-
-
-@dataclass(slots=True)
-class _Cell:
-    """One direction's part of a bucket of the plot series."""
-
-    messages: int = 0
-    frames: int = 0
-    missing: int = 0
-    jitter_ms: float | None = None
-
-    def merge(self, other: _Cell) -> None:
-        self.messages += other.messages
-        self.frames += other.frames
-        self.missing += other.missing
-        self.jitter(other.jitter_ms)
-
-    def jitter(self, ms: float | None) -> None:
-        if ms is not None and (self.jitter_ms is None or ms > self.jitter_ms):
-            self.jitter_ms = ms
-
-
-class _Series:
-    """Buckets of both directions on one time grid; their width doubles to stay bounded."""
-
-    def __init__(self) -> None:
-        self.origin: int | None = None
-        self.width = _FIRST_WIDTH_US
-        self.buckets: dict[int, tuple[_Cell, _Cell]] = {}
-
-    def cell(self, side: int, us: int) -> _Cell:
-        if self.origin is None:
-            self.origin = us
-        index = max(0, us - self.origin) // self.width
-        while index >= MAX_POINTS:
-            self._coarsen()
-            index //= 2
-        row = self.buckets.get(index)
-        if row is None:
-            row = self.buckets[index] = (_Cell(), _Cell())
-        return row[side]
-
-    def _coarsen(self) -> None:
-        merged: dict[int, tuple[_Cell, _Cell]] = {}
-        for index in sorted(self.buckets):
-            row = self.buckets[index]
-            into = merged.setdefault(index // 2, row)
-            if into is not row:
-                into[0].merge(row[0])
-                into[1].merge(row[1])
-        self.buckets = merged
-        self.width *= 2
-
-    def points(self, side: int) -> tuple[Point, ...]:
-        origin = self.origin or 0
-        out = []
-        for index in sorted(self.buckets):
-            c = self.buckets[index][side]
-            if c.messages or c.frames:
-                t = (origin + index * self.width) / _US
-                out.append(Point(t, self.width / _US, c.messages, c.frames, c.missing, c.jitter_ms))
-        return tuple(out)
-
-
-@dataclass(slots=True)
-class _Side:
-    """What one sender sent so far."""
-
-    index: int
-    messages: int = 0
-    message_bytes: int = 0
-    unreadable: int = 0
-    seq: int | None = None
-    seq_gaps: int = 0
-    seq_missing: int = 0
-    seq_repeats: int = 0
-    frames: int = 0
-    silent_frames: int = 0
-    frame_seq: int | None = None
-    frame_gaps: int = 0
-    frames_missing: int = 0
-    frames_late: int = 0
-    units: int | None = None
-    """Media clock units per frame, learnt from the first two consecutive frames."""
-    previous: tuple[int, int, int] | None = None
-    """(arrival us, clock, counter) of the last frame of this link."""
-    jitter16: int = 0
-    """RFC 3550's J scaled by 16, in units of microseconds times ``units``."""
-    jitter16_max: int = 0
-    jittered: bool = False
 
 
 @dataclass(slots=True)
@@ -216,10 +100,18 @@ class _Call:
     stated_ms: int | None = None
 
 
+_NEVER: Final = -(2**63)
+"""The last time before any input: every time is later."""
+
+
+def _bad_time(t: object) -> StatsError:
+    return StatsError(f"a time is a finite number of seconds, not {t!r}")
+
+
 @dataclass(slots=True)
 class _State:
     first: int | None = None
-    last: int | None = None
+    last: int = _NEVER
     links: int = 1
     link_losses: int = 0
     lost_at: int | None = None
@@ -238,6 +130,8 @@ class _State:
     """The last resume, while its loss report may still come."""
     heard: set[str] = field(default_factory=set)
     """The senders heard from since the last resume (its own message aside)."""
+    first_after_resume: bool = False
+    """Whether a sender was not heard from since the last resume."""
     replaying: tuple[str, Any] | None = None
     """(the resume's sender, its stamp) while the other side's replayed events may come."""
     events_replayed: int = 0
@@ -245,15 +139,33 @@ class _State:
 
 
 class SessionStats:
-    """The statistics of one session, fed its messages, frames and link events in order."""
+    """The statistics of one session, fed its messages, frames and link events in order.
 
-    def __init__(self, marks: Marks) -> None:
+    Args:
+        marks: What the protocol's statistics read (its generated ``STATISTICS``).
+        own: The sender this side is, when a role feeds what it sends as it sends it: its
+            messages' sequence is not judged (its own numbering has no gap by construction,
+            and Brisvox stamps it only as a message is written). None for a recording of both
+            sides, as ``voxwire report`` replays.
+    """
+
+    def __init__(self, marks: Marks, *, own: str | None = None) -> None:
+        if own is not None and own not in marks.senders:
+            raise StatsError(f"own must be one of {marks.senders}, not {own!r}")
         self._marks = marks
-        self._sides = {sender: _Side(i) for i, sender in enumerate(marks.senders)}
-        self._series = _Series()
+        self._sides = {
+            sender: Side(i, sender in marks.sequenced and sender != own)
+            for i, sender in enumerate(marks.senders)
+        }
+        self._series = Series(list(self._sides.values()))
         self._state = _State()
-        self._latency = _Durations()
-        self._durations = _Durations()
+        self._latency = Tally()
+        self._durations = Tally()
+        self._sequence = marks.sequence or ""
+        frames = marks.frames
+        self._frame_fields = attrgetter(
+            *((frames.sequence, frames.clock, frames.flags) if frames else ("", "", ""))
+        )
         self._read_types = frozenset(
             [m.type for m in (*marks.turn_end, *marks.turn_output)]
             + [o.type for o in marks.tool_outcomes]
@@ -261,54 +173,98 @@ class SessionStats:
             + [m.type for m in (marks.resume, marks.loss_report) if m is not None]
         )
         """The message types the marks name: any other type means nothing more."""
+        self._marked = self._read_types - {
+            m.type
+            for m in marks.turn_output
+            if m.type not in {x.type for x in marks.turn_end}
+            and m.type != marks.tool_call.type
+            and m.type not in {o.type for o in marks.tool_outcomes}
+            and m.type not in {x.type for x in (marks.resume, marks.loss_report) if x}
+        }
+        """The types that mean something whatever the state; the rest of ``_read_types`` (the
+        outputs that answer a turn) only while a turn waits for its answer."""
 
     @classmethod
-    def of(cls, protocol: str) -> SessionStats:
-        """The statistics of a session of ``protocol`` (``brisvox``, ``ovp``)."""
+    def of(cls, protocol: str, *, own: str | None = None) -> SessionStats:
+        """The statistics of a session of ``protocol`` (``brisvox``, ``ovp``), fed by the side
+        ``own`` (see the class) or by a recording of both sides (None)."""
         try:
             module = import_module(f"voxwire.{protocol}.statistics")
         except ModuleNotFoundError:
             raise StatsError(f"no statistics for protocol {protocol!r}") from None
         marks: Marks = module.STATISTICS
-        return cls(marks)
+        return cls(marks, own=own)
 
     # -- inputs -----------------------------------------------------------------------------
+    # on_message and on_frame run for every message and frame of a live session: each input's
+    # work is inline, and an input in the same bucket of the plot series as the one before
+    # finds its cell without a look-up (docs/observability.md, Feeding the statistics live).
 
     def on_message(self, sender: str, message: Any, t: float, *, size: int) -> None:
         """``sender``'s ``message`` (decoded), ``size`` bytes on the wire, passed at ``t``."""
-        side, us = self._side(sender), self._time(t)
+        side = self._sides.get(sender)
+        if side is None:
+            side = self._side(sender)
+        state = self._state
+        try:
+            us = round(t * _US)  # NaN, infinities and what is no number raise
+        except (TypeError, ValueError, OverflowError):
+            raise _bad_time(t) from None
+        if us > state.last:
+            state.last = us
+            if state.first is None:
+                state.first = us
         side.messages += 1
         side.message_bytes += size
-        self._series.cell(side.index, us).messages += 1
-        marks, state = self._marks, self._state
+        if side.cell_from <= us < side.cell_to:
+            side.cell.messages += 1  # type: ignore[union-attr]  # set with cell_to
+        else:
+            self._series.cell(side, us).messages += 1
         if state.replaying is not None and sender != state.replaying[0]:
             self._replayed(message)
-        if marks.sequence is not None and sender in marks.sequenced:
-            seq, last = getattr(message, marks.sequence), side.seq
-            if last is not None and seq <= last:
-                side.seq_repeats += 1
-                return
-            if last is not None and seq > last + 1:
-                side.seq_gaps += 1
-                side.seq_missing += seq - last - 1
+        if side.sequenced:
+            seq, last = getattr(message, self._sequence), side.seq
+            if last is not None:
+                if seq <= last:
+                    side.seq_repeats += 1
+                    return
+                if seq > last + 1:
+                    side.seq_gaps += 1
+                    side.seq_missing += seq - last - 1
             side.seq = seq
-        self._read(sender, message, us)
+        kind = message.type
+        if (
+            kind in self._marked
+            or state.first_after_resume
+            or (state.pending is not None and kind in self._read_types)
+        ):
+            self._read(sender, message, us)
 
     def on_frame(self, sender: str, frame: Any, t: float) -> None:
         """``sender``'s audio ``frame`` (decoded), passed at ``t``."""
-        side, us = self._side(sender), self._time(t)
+        side = self._sides.get(sender)
+        if side is None:
+            side = self._side(sender)
+        us = self._time(t)
         marks = self._marks.frames
         if marks is None:
             raise StatsError(f"{self._marks.protocol} carries no audio frames")
         side.frames += 1
-        if getattr(frame, marks.flags) & marks.silence_mask:
+        seq, clock, flags = self._frame_fields(frame)
+        if flags & marks.silence_mask:
             side.silent_frames += 1
-        seq, clock = getattr(frame, marks.sequence), getattr(frame, marks.clock)
-        cell = self._series.cell(side.index, us)
+        if side.cell_from <= us < side.cell_to:
+            cell = side.cell
+            assert cell is not None
+        else:
+            cell = self._series.cell(side, us)
         cell.frames += 1
-        if side.frame_seq is not None:
-            ahead = (seq - side.frame_seq) % marks.sequence_modulus
-            if ahead == 0 or ahead >= marks.sequence_modulus // 2:
+        last_seq = side.frame_seq
+        if last_seq is None:
+            side.frame_seq = seq
+        else:
+            ahead = (seq - last_seq) % marks.sequence_modulus
+            if ahead == 0 or ahead >= marks.sequence_modulus >> 1:
                 side.frames_late += 1
             else:
                 side.frame_seq = seq
@@ -316,11 +272,30 @@ class SessionStats:
                     side.frame_gaps += 1
                     side.frames_missing += ahead - 1
                     cell.missing += ahead - 1
-        else:
-            side.frame_seq = seq
-        if side.previous is not None:
-            self._jitter(side, us, clock, seq, cell)
+        previous = side.previous
         side.previous = (us, clock, seq)
+        if previous is None:
+            return
+        # RFC 3550 (6.4.1, A.8): J += (|D| - J) / 16 with D = (Rj - Ri) - (Sj - Si), in
+        # integers: J kept times 16, D in microseconds times the media clock units per frame.
+        before, before_clock, before_seq = previous
+        units = side.units
+        if units is None:
+            if (seq - before_seq) % marks.sequence_modulus != 1:
+                return
+            step = (clock - before_clock) % marks.clock_modulus
+            if not 0 < step < marks.clock_modulus >> 1:
+                return
+            units = side.units = step
+        half = marks.clock_modulus >> 1
+        clock_step = (clock - before_clock + half) % marks.clock_modulus - half
+        d = (us - before) * units - clock_step * marks.duration_ms * 1000
+        jitter16 = side.jitter16 = side.jitter16 + abs(d) - ((side.jitter16 + 8) >> 4)
+        if jitter16 > side.jitter16_max:
+            side.jitter16_max = jitter16
+        if jitter16 > cell.jitter16:
+            cell.jitter16 = jitter16
+        side.jittered = True
 
     def on_unreadable(self, sender: str, t: float, *, size: int) -> None:
         """``sender`` sent ``size`` bytes at ``t`` that decode to no message or frame."""
@@ -354,7 +329,7 @@ class SessionStats:
         return Snapshot(
             protocol=marks.protocol,
             started_at=None if state.first is None else state.first / _US,
-            last_at=None if state.last is None else state.last / _US,
+            last_at=None if state.first is None else state.last / _US,
             directions=MappingProxyType(directions),
             links=state.links,
             link_losses=state.link_losses,
@@ -395,7 +370,7 @@ class SessionStats:
 
     # -- the rest ---------------------------------------------------------------------------
 
-    def _side(self, sender: str) -> _Side:
+    def _side(self, sender: str) -> Side:
         side = self._sides.get(sender)
         if side is None:
             raise StatsError(f"sender must be one of {self._marks.senders}, not {sender!r}")
@@ -405,34 +380,15 @@ class SessionStats:
         try:
             us = round(t * _US)  # NaN, infinities and what is no number raise
         except (TypeError, ValueError, OverflowError):
-            raise StatsError(f"a time is a finite number of seconds, not {t!r}") from None
+            raise _bad_time(t) from None
         state = self._state
-        if state.last is None:
-            state.first = state.last = us
-        elif us > state.last:
+        if us > state.last:
             state.last = us
+            if state.first is None:
+                state.first = us
         return us
 
-    def _jitter(self, side: _Side, us: int, clock: int, seq: int, cell: _Cell) -> None:
-        """RFC 3550 (6.4.1, A.8): J += (|D| - J) / 16 with D = (Rj - Ri) - (Sj - Si), in
-        integers: J kept times 16, D in microseconds times the media clock units per frame."""
-        marks = self._marks.frames
-        assert marks is not None and side.previous is not None
-        before, before_clock, before_seq = side.previous
-        half = marks.clock_modulus // 2
-        if side.units is None and (seq - before_seq) % marks.sequence_modulus == 1:
-            step = (clock - before_clock) % marks.clock_modulus
-            side.units = step if 0 < step < half else None
-        if side.units is None:
-            return
-        clock_step = (clock - before_clock + half) % marks.clock_modulus - half
-        d = (us - before) * side.units - clock_step * marks.duration_ms * 1000
-        side.jitter16 += abs(d) - ((side.jitter16 + 8) >> 4)
-        side.jitter16_max = max(side.jitter16_max, side.jitter16)
-        side.jittered = True
-        cell.jitter(side.jitter16 / (16_000 * side.units))
-
-    def _direction(self, sender: str, side: _Side, frame_ms: int) -> Direction:
+    def _direction(self, sender: str, side: Side, frame_ms: int) -> Direction:
         scale = 16_000 * (side.units or 1)
         return Direction(
             sender=sender,
@@ -451,17 +407,16 @@ class SessionStats:
             frames_late=side.frames_late,
             jitter_ms=side.jitter16 / scale if side.jittered else None,
             jitter_max_ms=side.jitter16_max / scale if side.jittered else None,
-            series=self._series.points(side.index),
+            series=self._series.points(side),
         )
 
     def _read(self, sender: str, message: Any, us: int) -> None:
         """What a message in its place (no repeat) means for turns, tools, resumes and loss."""
         marks, state = self._marks, self._state
-        if state.resume is not None and sender not in state.heard:
-            state.heard.add(sender)
-            if marks.loss_report is not None and message.type == marks.loss_report.type:
-                state.resume.events_lost += getattr(message, marks.loss_report.count)
-        if message.type not in self._read_types:
+        kind = message.type
+        if state.first_after_resume:
+            self._first_after_resume(sender, message)
+        if kind not in self._read_types:
             return
         if any(mark.matches(message) for mark in marks.turn_end):
             self._turn_ended(us)
@@ -470,14 +425,25 @@ class SessionStats:
             state.answered += 1
             state.pending.answered_at = us
             state.pending = None
-        if message.type == marks.tool_call.type:
+        if kind == marks.tool_call.type:
             self._call(message, us)
         else:
             self._outcome(message, us)
         if marks.resume is not None and marks.resume.matches(message):
             self._resumed(sender, message, us)
-        elif marks.loss_report is not None and message.type == marks.loss_report.type:
+        elif marks.loss_report is not None and kind == marks.loss_report.type:
             state.events_lost += getattr(message, marks.loss_report.count)
+
+    def _first_after_resume(self, sender: str, message: Any) -> None:
+        """A message of a sender not heard since the last resume: its loss report is the
+        resume's."""
+        state, loss = self._state, self._marks.loss_report
+        if sender in state.heard:
+            return
+        state.heard.add(sender)
+        state.first_after_resume = len(state.heard) < len(self._sides)
+        if loss is not None and message.type == loss.type and state.resume is not None:
+            state.resume.events_lost += getattr(message, loss.count)
 
     def _turn_ended(self, us: int) -> None:
         state = self._state
@@ -518,7 +484,7 @@ class SessionStats:
         state.lost_at = None
         if len(state.resumes) < MAX_LISTED:
             state.resumes.append(resume)
-        state.resume, state.heard = resume, set()
+        state.resume, state.heard, state.first_after_resume = resume, set(), True
         if mark.replayed_before is not None:
             state.replaying = (sender, getattr(message, mark.replayed_before))
 

@@ -76,9 +76,11 @@ _HALF_FRAME_SEQ: Final = FRAME_SEQ_MODULUS // 2
 
 
 class Sent(msgspec.Struct, frozen=True):
-    """An event this side stamped and wrote (the stamped message, as the peer receives it)."""
+    """An event this side stamped and wrote (the stamped message, as the peer receives it, and
+    its size in bytes as written)."""
 
     message: Message
+    size: int = 0
 
 
 class AudioIn(msgspec.Struct, frozen=True):
@@ -147,20 +149,21 @@ class FrameWriter:
         self.direction = int(direction)
         self.frame_seq = 0
         self.rtp_timestamp = 0
+        self.last: AudioFrame | None = None
+        """The last frame built (what the session's statistics count as sent)."""
 
     def build(
         self, pcm: bytes | bytearray | memoryview, flags: int, rtp_timestamp: int | None
     ) -> bytes:
         rtp = self.rtp_timestamp if rtp_timestamp is None else rtp_timestamp
-        data = encode_frame(
-            AudioFrame(
-                direction=self.direction,
-                flags=flags,
-                frame_seq=self.frame_seq,
-                rtp_timestamp=rtp,
-                pcm=pcm,
-            )
+        frame = self.last = AudioFrame(
+            direction=self.direction,
+            flags=flags,
+            frame_seq=self.frame_seq,
+            rtp_timestamp=rtp,
+            pcm=pcm,
         )
+        data = encode_frame(frame)
         self.frame_seq = (self.frame_seq + 1) % FRAME_SEQ_MODULUS
         self.rtp_timestamp = (rtp + SAMPLES_PER_FRAME) % RTP_TIMESTAMP_MODULUS
         return data

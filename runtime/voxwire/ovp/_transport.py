@@ -6,19 +6,22 @@ Not public: :mod:`voxwire.ovp.client` and :mod:`voxwire.ovp.gateway` are.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import assert_never
+from collections.abc import Callable, Sequence
+from typing import Final, assert_never
 
 from websockets.asyncio.connection import Connection
 from websockets.protocol import State
 
 from voxwire.clock import Clock
 from voxwire.link import Keepalive, Link, LinkDown, Outbound, Overflow, Put
+from voxwire.observe.stats import SessionStats, wire_size
 from voxwire.ovp import PING_INTERVAL_MS, SILENCE_TIMEOUT_MS
-from voxwire.ovp._session import STREAM_WINDOW
+from voxwire.ovp._session import STREAM_WINDOW, AudioIn
+from voxwire.ovp.client_core import ServerEvent
+from voxwire.ovp.gateway_core import ClientEvent, Resumed
 from voxwire.sansio import Action, Close, SendBinary, SendText
 
-__all__ = ["open_link", "perform"]
+__all__ = ["count_read", "open_link", "perform"]
 
 
 def open_link(
@@ -76,3 +79,31 @@ def perform(link: Link, action: Action, *, event: bool = False) -> Put:
             return Put.QUEUED
         case _:
             assert_never(action)
+
+
+def count_read(
+    stats: SessionStats, sender: str, out: Sequence[object], now: float, data: str | bytes
+) -> None:
+    """Count what a core read of one message of ``sender``'s: the frame, event or resume it
+    accepted (the first output that carries one), or nothing read (refused or dropped)."""
+    for item in out:
+        field = _READ.get(type(item))
+        if field is None:
+            continue
+        read = getattr(item, field)
+        if field == "frame":
+            stats.on_frame(sender, read, now)
+            return
+        if read is not None:
+            stats.on_message(sender, read, now, size=wire_size(data))
+            return
+    stats.on_unreadable(sender, now, size=wire_size(data))
+
+
+_READ: Final[dict[type, str]] = {
+    AudioIn: "frame",
+    ServerEvent: "message",
+    ClientEvent: "message",
+    Resumed: "message",
+}
+"""The outputs that carry what they were read from, and its field."""

@@ -37,6 +37,8 @@ from voxwire.clock import SYSTEM_CLOCK, Clock
 from voxwire.errors import HandshakeError, VoxwireError
 from voxwire.hosts import check_url
 from voxwire.link import Link, Put
+from voxwire.observe.snapshot import Snapshot
+from voxwire.observe.stats import SessionStats
 from voxwire.ovp import (
     ENDPOINT_PATH,
     FLAG_LAST_OF_UTTERANCE,
@@ -62,7 +64,7 @@ from voxwire.ovp._session import (
     SessionStateError,
     check_session_id,
 )
-from voxwire.ovp._transport import open_link, perform
+from voxwire.ovp._transport import count_read, open_link, perform
 from voxwire.ovp._upgrade import VERIFIED_WEBSOCKETS, passing, upgrade
 from voxwire.ovp.client_core import (
     ClientCore,
@@ -190,6 +192,7 @@ class OVPClient(ClientSends[Coroutine[Any, Any, ClientMessage]], ClientReceives)
         self._audio: Inbox[AudioFrame] = Inbox(max_audio)
         self._pcm: asyncio.Queue[tuple[bytes, int]] = asyncio.Queue(audio_buffer)
         self._handlers = Handlers(session_id, log)
+        self._stats = SessionStats.of("ovp", own="client")
         self._link: Link | None = None
         self._recorder, self._capture = open_recorder(
             record, protocol="ovp", recorded_by="client", session_id=session_id, clock=clock
@@ -223,6 +226,11 @@ class OVPClient(ClientSends[Coroutine[Any, Any, ClientMessage]], ClientReceives)
     def over(self) -> SessionOver | None:
         """How the session ended, once it did."""
         return self._core.over
+
+    @property
+    def stats(self) -> Snapshot:
+        """The session's statistics so far, across its connections (docs/observability.md)."""
+        return self._stats.snapshot()
 
     @property
     def connected(self) -> bool:
@@ -349,12 +357,14 @@ class OVPClient(ClientSends[Coroutine[Any, Any, ClientMessage]], ClientReceives)
     ) -> bool:
         """Send one frame (640 bytes of PCM) now; ``False`` when it is lost: the link is down or
         its queue full (audio is never replayed, and a late frame is no use)."""
-        out = self._core.send_audio(
-            pcm, self._clock.now(), flags=flags, rtp_timestamp=rtp_timestamp
-        )
+        now = self._clock.now()
+        out = self._core.send_audio(pcm, now, flags=flags, rtp_timestamp=rtp_timestamp)
         link = self._link
         if link is not None and len(out) == 1 and type(frame := out[0]) is SendBinary:
-            return link.event(frame) is Put.QUEUED  # the audio path: one frame, no detour
+            queued = link.event(frame) is Put.QUEUED  # the audio path: one frame, no detour
+            if queued:
+                self._stats.on_frame("client", self._core.frame_sent, now)
+            return queued
         return bool(out) and self._perform(out, link, event=True)
 
     async def stream_audio(
@@ -441,6 +451,7 @@ class OVPClient(ClientSends[Coroutine[Any, Any, ClientMessage]], ClientReceives)
         try:
             while True:
                 await self._read(ws)
+                self._stats.on_link("lost" if core.over is None else "closed", clock.now())
                 self._perform(core.link_lost(clock.now()))
                 if core.over is not None:
                     return
@@ -456,6 +467,7 @@ class OVPClient(ClientSends[Coroutine[Any, Any, ClientMessage]], ClientReceives)
                     return
                 ws = reconnected
                 self.reconnects += 1
+                self._stats.on_link("open", clock.now())
                 if self._recorder is not None:
                     self._recorder.link("open")
                 self._attach(ws)
@@ -465,17 +477,20 @@ class OVPClient(ClientSends[Coroutine[Any, Any, ClientMessage]], ClientReceives)
             self._notify()
 
     async def _read(self, ws: ClientConnection) -> None:
-        core, clock = self._core, self._clock
+        core, clock, stats = self._core, self._clock, self._stats
         try:
             async for data in ws:
                 if self._link is not None:
                     self._link.heard()
                 if self._recorder is not None:
                     self._recorder.record("server", data)
+                now = clock.now()
                 if isinstance(data, str):
-                    self._perform(core.receive_text(data, clock.now()))
+                    out = core.receive_text(data, now)
                 else:
-                    self._perform(core.receive_binary(data, clock.now()))
+                    out = core.receive_binary(data, now)
+                count_read(stats, "server", out, now, data)
+                self._perform(out)
         except ConnectionClosed:
             pass
         finally:
@@ -531,8 +546,8 @@ class OVPClient(ClientSends[Coroutine[Any, Any, ClientMessage]], ClientReceives)
                 case SendText() | SendBinary() | Close():
                     put = Put.CLOSED if link is None else perform(link, item, event=event)
                     written = written and put is Put.QUEUED
-                case Sent():
-                    pass  # the caller's to return
+                case Sent(message=message, size=size):  # the caller's to return
+                    self._stats.on_message("client", message, self._clock.now(), size=size)
                 case Rejected(error=error):
                     self.rejected += 1
                     log.warning(

@@ -30,6 +30,7 @@ from voxwire.ovp import (
     CLIENT_MESSAGE_TYPES,
     CLOSE_AFTER,
     MAX_SEQ,
+    AudioFrame,
     CloseCode,
     ErrorCode,
     ErrorEvent,
@@ -156,7 +157,7 @@ class ClientCore:
         message, data = self._stamper.build(
             SessionResume, {"last_server_seq": self.last_server_seq}, now
         )
-        return [Sent(message), SendText(data)]
+        return [Sent(message, len(data)), SendText(data)]
 
     def receive_text(self, data: bytes | str, now: float) -> list[ClientOutput]:
         """Judge one text message from the gateway."""
@@ -243,7 +244,7 @@ class ClientCore:
         except SessionStateError as exc:  # the seq would pass its bound: close
             self._go(ClientInput.SEQ_EXHAUSTED)
             return [Close(CloseCode.NORMAL, "seq exhausted"), self._over(None, str(exc))]
-        return [Sent(message), SendText(data)]
+        return [Sent(message, len(data)), SendText(data)]
 
     def skip_seq(self, next_seq: int) -> None:
         """Go on from ``next_seq``: the seqs before it are never sent (a gap the gateway accepts,
@@ -272,6 +273,11 @@ class ClientCore:
             raise SessionStateError("audio flows only between session.start and the end")
         data = self._frames_out.build(pcm, flags, rtp_timestamp)
         return [SendBinary(data)] if self.live else []
+
+    @property
+    def frame_sent(self) -> AudioFrame | None:
+        """The last audio frame :meth:`send_audio` built."""
+        return self._frames_out.last
 
     def link_lost(self, now: float) -> list[ClientOutput]:
         """The connection is gone: resumable until ``now`` + the resume window, or over."""

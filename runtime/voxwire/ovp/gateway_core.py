@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, TypeAlias
 
 import msgspec
@@ -46,7 +46,6 @@ from voxwire.ovp import (
     MAX_ELAPSED_MS,
     MAX_SEQ,
     PROTOCOL_VERSION,
-    QUALITY_UPDATE_INTERVAL_MS,
     RAISED_BY_PROTOCOL,
     RECOVERABLE,
     REPLAY_BUFFER_MAX_AGE_MS,
@@ -62,6 +61,7 @@ from voxwire.ovp import (
     AgentHandoffRequested,
     AgentOutput,
     AgentToolInvoke,
+    AudioFrame,
     CallInfo,
     CallQualityUpdate,
     ClientMessage,
@@ -99,6 +99,13 @@ from voxwire.ovp._session import (
     describe,
     timestamp,
 )
+from voxwire.ovp.gateway_periodic import (
+    COST_INTERVAL,
+    QUALITY_INTERVAL,
+    Quality,
+    next_due,
+    total_cost,
+)
 from voxwire.ovp.machines import (
     GATEWAY_ENDED,
     GATEWAY_MACHINE,
@@ -125,7 +132,6 @@ __all__ = [
 # The window is closed (exactly 30 s is inside), so its deadline fires just after it.
 _WINDOW_EPSILON: Final = 0.001
 _FRAME_REPORT_INTERVAL: Final = FRAME_ERROR_REPORT_INTERVAL_MS / 1000
-_CADENCE: Final = QUALITY_UPDATE_INTERVAL_MS / 1000
 _FRAME_ERROR_CODES: Final = (ErrorCode.OVP_AUDIO_FRAME_INVALID, ErrorCode.OVP_SEQ_REGRESSION)
 """The frame errors reported in aggregate, in the order a tick reports them."""
 
@@ -164,10 +170,12 @@ class LinkDropped:
 
 @dataclass(frozen=True, slots=True)
 class Resumed:
-    """``link`` resumed the session; ``replayed`` events are sent again before live ones."""
+    """``link`` resumed the session; ``replayed`` events are sent again before live ones.
+    ``message``: the client's ``session.resume``."""
 
     link: int
     replayed: int
+    message: SessionResume | None = field(default=None, compare=False)
 
 
 GatewayOutput: TypeAlias = (
@@ -258,14 +266,6 @@ class _FrameErrors:
         return self.next_report if self.dropped > 0 else None
 
 
-@dataclass(frozen=True, slots=True)
-class _Quality:
-    packet_loss_pct: float
-    jitter_ms: float
-    rtt_ms: float
-    mos: float
-
-
 class GatewayCore:
     """The gateway side of one OVP session, across the connections that carry it.
 
@@ -316,7 +316,7 @@ class GatewayCore:
         self._frame_errors: dict[ErrorCode, _FrameErrors] = {}  # each made at its first error
         self._takeover: bool | None = None  # resumable flag of the takeover in force
         self._handoff: str | None = None  # "requested" or "accepted"
-        self._quality: _Quality | None = None
+        self._quality: Quality | None = None
         self._cost: CostBreakdown | None = None
         self._next_quality: float | None = None
         self._next_cost: float | None = None
@@ -387,7 +387,7 @@ class GatewayCore:
         self.agent = agent
         self.started_at = now
         self._start_link = self.current_link
-        self._next_quality = self._next_cost = now + _CADENCE
+        self._next_quality, self._next_cost = now + QUALITY_INTERVAL, now + COST_INTERVAL
         out = self._emit(
             SessionStart,
             {
@@ -431,6 +431,11 @@ class GatewayCore:
             return []
         self.server_frames += 1
         return [ToLink(link, SendBinary(data))]
+
+    @property
+    def frame_sent(self) -> AudioFrame | None:
+        """The last audio frame :meth:`send_audio` built."""
+        return self._frames_out.last
 
     def fail(
         self,
@@ -480,7 +485,7 @@ class GatewayCore:
             duration_ms=duration,
             client_frames=self.client_frames,
             server_frames=self.server_frames,
-            total_cost_usd_micros=_total(cost),
+            total_cost_usd_micros=total_cost(cost),
             cost_breakdown=cost,
             **self._counts,
         )
@@ -513,7 +518,7 @@ class GatewayCore:
         self, *, packet_loss_pct: float, jitter_ms: float, rtt_ms: float, mos: float
     ) -> None:
         """The values the next 5 s ``call.quality.update`` carries."""
-        self._quality = _Quality(packet_loss_pct, jitter_ms, rtt_ms, mos)
+        self._quality = Quality(packet_loss_pct, jitter_ms, rtt_ms, mos)
 
     def set_cost(self, breakdown: CostBreakdown) -> None:
         """The running cost the next 5 s ``agent.cost.tick`` (and session.end's stats) carry."""
@@ -600,7 +605,7 @@ class GatewayCore:
             if errors is not None and errors.due(now):
                 out += self._report_frames(code, errors, now)
         if self._next_quality is not None and now >= self._next_quality:
-            self._next_quality = _next_due(self._next_quality, now)
+            self._next_quality = next_due(self._next_quality, now, QUALITY_INTERVAL)
             if self._quality is not None:
                 q = self._quality
                 out += self._emit(
@@ -614,11 +619,11 @@ class GatewayCore:
                     now,
                 )
         if self._next_cost is not None and now >= self._next_cost:
-            self._next_cost = _next_due(self._next_cost, now)
+            self._next_cost = next_due(self._next_cost, now, COST_INTERVAL)
             if self._cost is not None:
                 out += self._emit(
                     AgentCostTick,
-                    {"total_cost_usd_micros": _total(self._cost), "breakdown": self._cost},
+                    {"total_cost_usd_micros": total_cost(self._cost), "breakdown": self._cost},
                     now,
                 )
         return out
@@ -738,7 +743,7 @@ class GatewayCore:
         message, data = self._stamper.build(kind, fields, now)
         self._replay.add(self.last_seq, data, now)
         self._track_server(message)
-        out: list[GatewayOutput] = [Sent(message)]
+        out: list[GatewayOutput] = [Sent(message, len(data))]
         if self.current_link is not None:
             out += self._pump(self.current_link)
         return out
@@ -805,7 +810,7 @@ class GatewayCore:
         self._go(GatewayInput.RESUME)
         self._stream_to(link, last + 1)
         self._last_client_seq = resume.seq
-        out.append(Resumed(link, self.last_seq - last))
+        out.append(Resumed(link, self.last_seq - last, resume))
         if ended:  # the client gets the rest, session.end included, then 1000
             return out + self._close_after_stream(link, Close(CloseCode.NORMAL, "session ended"))
         return out + self._pump(link)
@@ -856,9 +861,10 @@ class GatewayCore:
             recoverable=False,
         )
         self._links[link].cut = True
+        data = encode(error)
         out: list[GatewayOutput] = [
-            Sent(error),
-            ToLink(link, SendText(encode(error))),
+            Sent(error, len(data)),
+            ToLink(link, SendText(data)),
             ToLink(link, Close(CloseCode.POLICY, "resume refused")),
         ]
         if self.state is not GatewayState.OVER:
@@ -962,18 +968,3 @@ def refuse_token(session_id: str, detail: str, *, epoch: float, now: float) -> l
         recoverable=False,
     )
     return [SendText(encode(error)), Close(CloseCode.POLICY, "authentication failed")]
-
-
-def _total(cost: CostBreakdown) -> int:
-    return (
-        cost.llm_usd_micros
-        + cost.stt_usd_micros
-        + cost.tts_usd_micros
-        + cost.voice_termination_usd_micros
-    )
-
-
-def _next_due(due: float, now: float) -> float:
-    """The next cadence slot after ``now`` (a stall skips slots rather than bursting)."""
-    due += _CADENCE
-    return due if due > now else now + _CADENCE

@@ -26,6 +26,8 @@ from websockets.protocol import Event
 from voxwire.capture import Record, open_recorder
 from voxwire.clock import Clock
 from voxwire.link import Link, Put
+from voxwire.observe.snapshot import Snapshot
+from voxwire.observe.stats import SessionStats
 from voxwire.ovp import (
     AgentConfig,
     AudioFrame,
@@ -42,7 +44,7 @@ from voxwire.ovp import (
     SessionStart,
 )
 from voxwire.ovp._session import STREAM_WINDOW, AudioIn, Sent, SessionOver, SessionStateError
-from voxwire.ovp._transport import open_link, perform
+from voxwire.ovp._transport import count_read, open_link, perform
 from voxwire.ovp.gateway_core import (
     ClientEvent,
     GatewayCore,
@@ -153,6 +155,7 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives):
             host.max_events, before_wait=self._flush_links
         )
         self._handlers = Handlers(claims.session_id, log)
+        self._stats = SessionStats.of("ovp", own="server")
         # One loop timer at the core's next deadline, rather than a task per session.
         self._timer = DeadlineTimer(self._clock, self._core.next_deadline, self._tick)
         self._buried = False
@@ -189,13 +192,15 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives):
 
     def send_audio(self, pcm: bytes | bytearray | memoryview, *, flags: int = 0) -> None:
         """Send 20 ms of agent audio (640 bytes of PCM); dropped while the client is away."""
-        out = self._core.send_audio(pcm, self._clock.now(), flags=flags)
+        now = self._clock.now()
+        out = self._core.send_audio(pcm, now, flags=flags)
         item = out[0] if len(out) == 1 else None
         # The audio path: the frame goes as control, and no deadline moves.
         if type(item) is ToLink and type(frame := item.action) is SendBinary:
             link = self._links.get(item.link)
             if link is not None:
                 link.control(frame)
+                self._stats.on_frame("server", self._core.frame_sent, now)
         elif out:
             self._perform(out)
 
@@ -254,6 +259,13 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives):
         return self._core.over
 
     @property
+    def stats(self) -> Snapshot:
+        """The session's statistics so far, across the client's connections
+        (docs/observability.md): what it sent as it sent it (a replay is not sent again), what
+        it read once its core accepted it."""
+        return self._stats.snapshot()
+
+    @property
     def events_lost(self) -> int:
         """Client events and frames dropped because the application did not keep up."""
         return self._inbox.lost
@@ -297,8 +309,8 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives):
                     if link is not None:
                         put = perform(link, action, event=stream)
                         assert put is not Put.FULL, "the core hands out no more than the window"
-                case Sent():
-                    pass  # the caller's to return
+                case Sent(message=message, size=size):  # the caller's to return
+                    self._stats.on_message("server", message, self._clock.now(), size=size)
                 case ClientEvent(message=message):
                     message_type = message.type
                     handlers = self._handlers
@@ -407,11 +419,13 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives):
         An audio frame is judged as ``websockets`` parses it (:class:`GatewayConnection`), and
         everything else by this task, in arrival order either way.
         """
-        core, clock, recorder = self._core, self._clock, self._recorder
+        core, clock, recorder, stats = self._core, self._clock, self._recorder, self._stats
         record = None if recorder is None else partial(recorder.record, "server")
         link, out = core.open_link(clock.now())
-        if recorder is not None and link > 0:  # a connection after the session's first
-            recorder.link("open")
+        if link > 0:  # a connection after the session's first
+            stats.on_link("open", clock.now())
+            if recorder is not None:
+                recorder.link("open")
         way_out = open_link(
             ws,
             clock,
@@ -434,9 +448,11 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives):
             out = core.receive_binary(link, data, now)
             item = out[0] if len(out) == 1 else None
             if type(item) is AudioIn:  # the audio path: no deadline moves
+                stats.on_frame("client", item.frame, now)
                 if not deliver(item.frame):
                     self._report_lost()
             else:
+                count_read(stats, "client", out, now, data)
                 self._perform(out)
 
         def receive_binary_now(data: bytes) -> None:
@@ -458,7 +474,9 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives):
                     way_out.heard(now)
                     if recorder is not None:
                         recorder.record("client", data)
-                    self._perform(core.receive_text(link, data, now))
+                    out = core.receive_text(link, data, now)
+                    count_read(stats, "client", out, now, data)
+                    self._perform(out)
                 else:
                     receive_binary(data)
         except ConnectionClosed:
@@ -469,8 +487,10 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives):
             protocol = ws.protocol  # the client answered our close: it read all before it
             answered = protocol.close_sent is not None and protocol.close_rcvd is not None
             answered = answered and protocol.close_rcvd_then_sent is False
-            if recorder is not None and link == core.current_link:
-                recorder.link("closed" if answered else "lost")
+            if link == core.current_link:
+                stats.on_link("closed" if answered else "lost", clock.now())
+                if recorder is not None:
+                    recorder.link("closed" if answered else "lost")
             self._perform(core.link_lost(link, clock.now(), answered_close=answered))
             del self._links[link]
             await way_out.stop()
