@@ -204,7 +204,10 @@ def check_window(inside: list[Any], outside: list[Any]) -> None:
     assert replayed["type"] == "agent.thinking" and replayed["seq"] == 2 and over is None
     refused, over = outside
     assert refused["code"] == "OVP_RESUME_EXPIRED" and refused["recoverable"] is False
-    assert refused["seq"] == 3  # the session is gone: greater than anything the client saw
+    # The session is gone: greater than anything the client saw, the 5 s events the gateway
+    # sent while the client was away among them (a quality update and a cost tick at 5, 10,
+    # ..., 30 s: seq 3 to 14).
+    assert refused["seq"] == 15
     assert over is not None and over.code == "OVP_RESUME_EXPIRED"
 
 

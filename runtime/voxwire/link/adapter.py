@@ -110,6 +110,8 @@ class Link:
         """Frames written."""
         self.pings = 0
         self.pongs = 0
+        self.rtt: float | None = None
+        """The round trip of the last keepalive ping, in seconds (None before its pong)."""
         self._drain_timeout = drain_timeout
         self._close_timeout = drain_timeout if close_timeout is None else close_timeout
         self._on_down = on_down
@@ -405,7 +407,7 @@ class Link:
         try:
             pong = await self.ws.ping()
             self.pings += 1
-            await pong
+            self.rtt = await pong  # websockets measures it: the pong's latency in seconds
         except ConnectionClosed:
             return
         self.pongs += 1

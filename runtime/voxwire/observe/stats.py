@@ -321,6 +321,13 @@ class SessionStats:
 
     # -- the snapshot -----------------------------------------------------------------------
 
+    def audio(self, sender: str) -> tuple[int, int, float | None]:
+        """``sender``'s audio frames so far, those missing, and the jitter in ms (None before
+        two frames compare): what a snapshot says of them, without making one."""
+        side = self._side(sender)
+        jitter = side.jitter16 / (16_000 * (side.units or 1)) if side.jittered else None
+        return side.frames, side.frames_missing, jitter
+
     def snapshot(self) -> Snapshot:
         """Everything counted so far, frozen."""
         state, marks = self._state, self._marks

@@ -101,6 +101,7 @@ from voxwire.ovp._session import (
 )
 from voxwire.ovp.gateway_periodic import (
     COST_INTERVAL,
+    NO_COST,
     QUALITY_INTERVAL,
     Quality,
     next_due,
@@ -282,6 +283,10 @@ class GatewayCore:
             (answered with ``OVP_SESSION_UPDATE_REJECTED``).
         window: Events of the stream one link's queue holds at most (its event bound):
             never more are handed out before :meth:`drained` reports room.
+        measure: What the session measured, asked when a ``call.quality.update`` is due and the
+            application set no values; with it, both 5 s events are always sent (the cost tick
+            with zeros until :meth:`set_cost`). Without it, each is sent only once the
+            application gave its values (the conformance players' core).
     """
 
     def __init__(
@@ -291,6 +296,7 @@ class GatewayCore:
         epoch: float,
         accept_patch: Callable[[SessionPatch], str | None] | None = None,
         window: int = STREAM_WINDOW,
+        measure: Callable[[float], Quality] | None = None,
     ) -> None:
         if window < 1:
             raise ValueError(f"window must be at least 1, not {window}")
@@ -317,6 +323,7 @@ class GatewayCore:
         self._takeover: bool | None = None  # resumable flag of the takeover in force
         self._handoff: str | None = None  # "requested" or "accepted"
         self._quality: Quality | None = None
+        self._measure = measure
         self._cost: CostBreakdown | None = None
         self._next_quality: float | None = None
         self._next_cost: float | None = None
@@ -478,9 +485,7 @@ class GatewayCore:
         self._require_live()
         assert self.started_at is not None
         duration = min(MAX_ELAPSED_MS, max(0, round((now - self.started_at) * 1000)))
-        cost = self._cost or CostBreakdown(
-            llm_usd_micros=0, stt_usd_micros=0, tts_usd_micros=0, voice_termination_usd_micros=0
-        )
+        cost = self._cost or NO_COST
         stats = FinalStats(
             duration_ms=duration,
             client_frames=self.client_frames,
@@ -517,7 +522,7 @@ class GatewayCore:
     def set_quality(
         self, *, packet_loss_pct: float, jitter_ms: float, rtt_ms: float, mos: float
     ) -> None:
-        """The values the next 5 s ``call.quality.update`` carries."""
+        """The values the next 5 s ``call.quality.update`` carries (instead of ``measure``'s)."""
         self._quality = Quality(packet_loss_pct, jitter_ms, rtt_ms, mos)
 
     def set_cost(self, breakdown: CostBreakdown) -> None:
@@ -606,24 +611,16 @@ class GatewayCore:
                 out += self._report_frames(code, errors, now)
         if self._next_quality is not None and now >= self._next_quality:
             self._next_quality = next_due(self._next_quality, now, QUALITY_INTERVAL)
-            if self._quality is not None:
-                q = self._quality
-                out += self._emit(
-                    CallQualityUpdate,
-                    {
-                        "packet_loss_pct": q.packet_loss_pct,
-                        "jitter_ms": q.jitter_ms,
-                        "rtt_ms": q.rtt_ms,
-                        "mos": q.mos,
-                    },
-                    now,
-                )
+            q = self._quality or (self._measure(now) if self._measure is not None else None)
+            if q is not None:
+                out += self._emit(CallQualityUpdate, q.fields(), now)
         if self._next_cost is not None and now >= self._next_cost:
             self._next_cost = next_due(self._next_cost, now, COST_INTERVAL)
-            if self._cost is not None:
+            cost = self._cost or (NO_COST if self._measure is not None else None)
+            if cost is not None:
                 out += self._emit(
                     AgentCostTick,
-                    {"total_cost_usd_micros": total_cost(self._cost), "breakdown": self._cost},
+                    {"total_cost_usd_micros": total_cost(cost), "breakdown": cost},
                     now,
                 )
         return out

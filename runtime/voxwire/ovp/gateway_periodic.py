@@ -1,23 +1,50 @@
 """The gateway's periodic events: ``call.quality.update`` and ``agent.cost.tick``, each on its
-cadence (the spec's ``quality_update_interval_ms`` and ``cost_tick_interval_ms``: "Every 5s").
+cadence (the spec's ``quality_update_interval_ms`` and ``cost_tick_interval_ms``, "Every 5s").
 
-Not public: :class:`~voxwire.ovp.gateway_core.GatewayCore` sends them, and
-:class:`~voxwire.ovp.gateway.GatewaySession` supplies what it measured.
+The gateway sends both every 5 s whether or not its application supplies values, so a client
+that sees no WebSocket ping (a browser) always hears from a live gateway well within its idle
+bound (``client_idle_timeout_ms``, two cadences). Unless the application set them
+(``set_quality``), the quality figures are the gateway's own, measured by :class:`QualityMeter`
+from the session's statistics (:mod:`voxwire.observe.stats`) and its link's keepalive:
+
+- ``packet_loss_pct``: the caller's audio frames missing over the last interval, as a share
+  of the frames expected (received and missing; 0 when none were expected);
+- ``jitter_ms``: the RFC 3550 interarrival jitter of the caller's frames (0 before two frames);
+- ``rtt_ms``: the round trip of the link's last keepalive ping (0 before its first pong);
+- ``mos``: :func:`estimate_mos` of those three.
+
+Not public: :class:`~voxwire.ovp.gateway_core.GatewayCore` sends the events, and
+:class:`~voxwire.ovp.gateway_session.GatewaySession` measures.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
+from voxwire.observe.stats import SessionStats
 from voxwire.ovp import COST_TICK_INTERVAL_MS, QUALITY_UPDATE_INTERVAL_MS, CostBreakdown
 
-__all__ = ["COST_INTERVAL", "QUALITY_INTERVAL", "Quality", "next_due", "total_cost"]
+__all__ = [
+    "COST_INTERVAL",
+    "NO_COST",
+    "QUALITY_INTERVAL",
+    "Quality",
+    "QualityMeter",
+    "estimate_mos",
+    "next_due",
+    "total_cost",
+]
 
 QUALITY_INTERVAL: Final = QUALITY_UPDATE_INTERVAL_MS / 1000
 """Seconds between two ``call.quality.update``."""
 COST_INTERVAL: Final = COST_TICK_INTERVAL_MS / 1000
 """Seconds between two ``agent.cost.tick``."""
+NO_COST: Final = CostBreakdown(
+    llm_usd_micros=0, stt_usd_micros=0, tts_usd_micros=0, voice_termination_usd_micros=0
+)
+"""The cost the gateway reports while its application gave none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +55,63 @@ class Quality:
     jitter_ms: float
     rtt_ms: float
     mos: float
+
+    def fields(self) -> dict[str, Any]:
+        """The event's fields."""
+        return {
+            "packet_loss_pct": self.packet_loss_pct,
+            "jitter_ms": self.jitter_ms,
+            "rtt_ms": self.rtt_ms,
+            "mos": self.mos,
+        }
+
+
+def estimate_mos(packet_loss_pct: float, jitter_ms: float, rtt_ms: float) -> float:
+    """A mean opinion score (1.0 to 4.5) from the simplified E-model (ITU-T G.107's R factor,
+    as VoIP monitors commonly reduce it): the one-way delay ``rtt / 2``, plus twice the jitter
+    (a jitter buffer's worth) and 10 ms of codec, lowers R from 93.2 by 1/40 per ms up to 160 ms
+    and by 1/10 per ms past 120 ms after that; each percent of loss lowers it by 2.5; then
+    ``MOS = 1 + 0.035 R + 7e-6 R (R - 60) (100 - R)``, rounded to two decimals."""
+    delay = rtt_ms / 2 + 2 * jitter_ms + 10
+    r = 93.2 - (delay / 40 if delay < 160 else (delay - 120) / 10) - 2.5 * packet_loss_pct
+    if r <= 0:
+        return 1.0
+    if r >= 100:
+        return 4.5
+    return round(min(4.5, max(1.0, 1 + 0.035 * r + 7e-6 * r * (r - 60) * (100 - r))), 2)
+
+
+class QualityMeter:
+    """Measures a session's caller leg for each ``call.quality.update`` (the module says how).
+
+    Args:
+        stats: The session's statistics; the caller's frames are ``caller``'s.
+        caller: The sender whose audio frames are the caller's leg (OVP: ``client``).
+        rtt: The last keepalive round trip in seconds, or None before the first pong.
+    """
+
+    def __init__(self, stats: SessionStats, caller: str, rtt: Callable[[], float | None]) -> None:
+        self._stats = stats
+        self._caller = caller
+        self._rtt = rtt
+        self._frames = 0
+        self._missing = 0
+
+    def __call__(self, now: float) -> Quality:
+        """The quality over the interval since the last call."""
+        frames, missing, jitter_ms = self._stats.audio(self._caller)
+        got, lost = frames - self._frames, missing - self._missing
+        self._frames, self._missing = frames, missing
+        loss = 100 * lost / (got + lost) if got + lost > 0 else 0.0
+        rtt = self._rtt()
+        rtt_ms = 0.0 if rtt is None else min(60_000.0, rtt * 1000)
+        jitter = min(60_000.0, jitter_ms or 0.0)
+        return Quality(
+            packet_loss_pct=round(min(100.0, loss), 2),
+            jitter_ms=round(jitter, 2),
+            rtt_ms=round(rtt_ms, 2),
+            mos=estimate_mos(loss, jitter, rtt_ms),
+        )
 
 
 def total_cost(cost: CostBreakdown) -> int:

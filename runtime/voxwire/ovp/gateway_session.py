@@ -54,6 +54,7 @@ from voxwire.ovp.gateway_core import (
     Resumed,
     ToLink,
 )
+from voxwire.ovp.gateway_periodic import QualityMeter
 from voxwire.ovp.gateway_tokens import TokenClaims
 from voxwire.ovp.roles import GatewayReceives, GatewaySends
 from voxwire.sansio import Ignored, SendBinary
@@ -144,18 +145,19 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives):
         self.session_id = claims.session_id
         self._host = host
         self._clock = host.clock
+        self._stats = SessionStats.of("ovp", own="server")
         self._core = GatewayCore(
             claims.session_id,
             epoch=time.time() - self._clock.now(),
             accept_patch=host.accept_patch,
             window=STREAM_WINDOW,
+            measure=QualityMeter(self._stats, "client", self._rtt),
         )
         self._links: dict[int, Link] = {}
         self._inbox: Inbox[ClientMessage | AudioFrame] = Inbox(
             host.max_events, before_wait=self._flush_links
         )
         self._handlers = Handlers(claims.session_id, log)
-        self._stats = SessionStats.of("ovp", own="server")
         # One loop timer at the core's next deadline, rather than a task per session.
         self._timer = DeadlineTimer(self._clock, self._core.next_deadline, self._tick)
         self._buried = False
@@ -229,13 +231,15 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives):
     def set_quality(
         self, *, packet_loss_pct: float, jitter_ms: float, rtt_ms: float, mos: float
     ) -> None:
-        """The values of the ``call.quality.update`` sent every 5 s from now on."""
+        """The values of the ``call.quality.update`` sent every 5 s from now on, instead of
+        what the gateway measures itself (docs/observability.md, the periodic events)."""
         self._core.set_quality(
             packet_loss_pct=packet_loss_pct, jitter_ms=jitter_ms, rtt_ms=rtt_ms, mos=mos
         )
 
     def set_cost(self, breakdown: CostBreakdown) -> None:
-        """The running cost of the ``agent.cost.tick`` sent every 5 s (and of the final stats)."""
+        """The running cost of the ``agent.cost.tick`` sent every 5 s (zeros until set) and of
+        the final stats."""
         self._core.set_cost(breakdown)
 
     @property
@@ -277,6 +281,12 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives):
 
     def __aiter__(self) -> Inbox[ClientMessage | AudioFrame]:
         return self._inbox
+
+    def _rtt(self) -> float | None:
+        """The round trip of the current link's last keepalive ping, in seconds."""
+        number = self._core.current_link
+        link = None if number is None else self._links.get(number)
+        return None if link is None else link.rtt
 
     def _flush_links(self) -> None:
         """The application waits for its next item: what it sent meanwhile leaves now, at once."""
