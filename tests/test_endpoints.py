@@ -36,6 +36,8 @@ async def _probe(port: int, endpoints: Endpoints) -> None:
     status, body, _ = await http_get(port, "/readyz")
     assert (status, body) == (503, b"draining\n")
     assert (await http_get(port, "/healthz"))[0] == 200
+    assert (await http_get(port, "/metrics"))[0] == 200  # the server's own metrics
+    endpoints.metrics = None
     assert (await http_get(port, "/metrics"))[0] == 404
     endpoints.metrics = lambda: (b"voxwire_up 1\n", "text/plain; version=0.0.4")
     status, body, fields = await http_get(port, "/metrics")

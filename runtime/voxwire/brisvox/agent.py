@@ -51,6 +51,7 @@ from voxwire.brisvox.agent_session import (
     CommandTimeout,
     Resumed,
     SessionEvent,
+    refuse,
 )
 from voxwire.brisvox.agent_tools import Tool, ToolContext, ToolError
 from voxwire.brisvox.constants import (
@@ -82,6 +83,7 @@ from voxwire.errors import SessionClosed
 from voxwire.hosts import is_loopback
 from voxwire.link import Keepalive, Link, Outbound, Overflow
 from voxwire.observe.endpoints import Endpoints
+from voxwire.observe.metrics import Metrics
 from voxwire.sansio import Close, LinkDown
 from voxwire.session import DeadlineTimer
 
@@ -215,7 +217,8 @@ class AgentServer:
         self._tasks: set[asyncio.Task[None]] = set()
         self._expiry = DeadlineTimer(clock, self._registry.next_deadline, self._expire)
         self._closing = False
-        self.endpoints = Endpoints()
+        self.metrics = Metrics("brisvox", "agent")  # served at /metrics: docs/observability.md
+        self.endpoints = Endpoints(metrics=self.metrics.exposition)
         """``/healthz``, ``/readyz`` and ``/metrics`` on the server's port."""
 
     @property
@@ -295,6 +298,7 @@ class AgentServer:
             return probe
         if "Origin" in request.headers:
             log.warning("refused a request with an Origin header (a browser)")
+            self.metrics.refused("forbidden_origin")
             return connection.respond(HTTPStatus.FORBIDDEN, "browser origins are refused\n")
         if self.token is None:
             return None
@@ -304,6 +308,7 @@ class AgentServer:
         ):
             return None
         log.warning("refused a request without the right bearer token")
+        self.metrics.refused("unauthorized")
         response = connection.respond(HTTPStatus.UNAUTHORIZED, "unauthorized\n")
         response.headers["WWW-Authenticate"] = "Bearer"
         return response
@@ -391,7 +396,7 @@ class AgentServer:
         if resuming:
             return await self._resume(link, start, version, raw)
         if self.calls >= self.max_calls:
-            await link.perform(core.reject(ErrorCode.UNAVAILABLE, "too many calls", now))
+            await refuse(link, self.metrics, ErrorCode.UNAVAILABLE, "too many calls")
             return None
         try:
             async with asyncio.timeout(self._real_until(core.next_deadline())):
@@ -404,14 +409,14 @@ class AgentServer:
             decision = Reject(ErrorCode.UNAVAILABLE, "agent error")
         now = self.clock.now()
         if isinstance(decision, Reject):
-            await link.perform(core.reject(decision.code, decision.message, now))
+            await refuse(link, self.metrics, decision.code, decision.message)
             return None
         try:
             accept = self._accept_message(decision, version)
             actions = core.accept(accept, now)
         except Exception:
             log.exception("session %s: the accept breaks a rule; rejecting", start.session_id)
-            await link.perform(core.reject(ErrorCode.UNAVAILABLE, "agent error", now))
+            await refuse(link, self.metrics, ErrorCode.UNAVAILABLE, "agent error")
             return None
         try:
             await link.perform(actions)
@@ -467,7 +472,7 @@ class AgentServer:
             log.warning(
                 "session %s: resumption of a call this agent does not hold", start.session_id
             )
-            await link.perform(core.reject(ErrorCode.UNKNOWN_SESSION, "no such call", now))
+            await refuse(link, self.metrics, ErrorCode.UNKNOWN_SESSION, "no such call")
             return None
         accept = SessionAccept(version=version, tools=[], events=session.accept.events, resume=True)
         try:
@@ -493,6 +498,7 @@ class AgentServer:
             tasks=self._tasks,
             park=self._park,
             forget=self._forget,
+            metrics=self.metrics,
         )
 
     def _park(self, session: AgentSession) -> bool:
@@ -563,6 +569,7 @@ class AgentServer:
         await link.out.stop()  # the owner's link speaks on this connection now
         # The link's own keepalive policy, for both sides of the relay.
         keepalive = link.out.keepalive
+        self.metrics.relayed()
         await carry(link.ws, upstream, owner, first=[raw], keepalive=keepalive, clock=self.clock)
         return True
 

@@ -52,6 +52,7 @@ from voxwire.capture import CaptureWriter, Recorder
 from voxwire.clock import Clock
 from voxwire.errors import SessionClosed
 from voxwire.link import Link, Put
+from voxwire.observe.metrics import Metrics
 from voxwire.observe.snapshot import Snapshot
 from voxwire.observe.stats import SessionStats, wire_size
 from voxwire.sansio import Close, Ignored, LinkDown, SendText
@@ -65,6 +66,7 @@ __all__ = [
     "LinkDown",
     "Resumed",
     "SessionEvent",
+    "refuse",
 ]
 
 log = logging.getLogger("voxwire.brisvox.agent")
@@ -184,6 +186,8 @@ class CallHost:
     """The call's link was lost: park the call for a resumption (True), or not (False)."""
     forget: Callable[[AgentSession], None]
     """The call is over: the server lets it go."""
+    metrics: Metrics | None = None
+    """The server's metrics: the call's statistics are read there while it lives."""
 
 
 class AgentSession(AgentSends[Coroutine[Any, Any, CommandResult]], AgentReceives):
@@ -232,6 +236,8 @@ class AgentSession(AgentSends[Coroutine[Any, Any, CommandResult]], AgentReceives
         self._capture = link.capture
         self._link: AgentLink | None = None
         self._stats = SessionStats.of("brisvox", own="agent")
+        if host.metrics is not None:
+            host.metrics.opened(self, self._stats, lambda: self._handlers.errors)
         self._handshake(start, accept)
         self._attach(link)
 
@@ -496,6 +502,8 @@ class AgentSession(AgentSends[Coroutine[Any, Any, CommandResult]], AgentReceives
         if self._ended:
             return
         self._host.forget(self)
+        if self._host.metrics is not None:
+            self._host.metrics.closed(self)
         self._ended = True
         self._inbox.close(event)
         if self._link is None:  # else the link's reader closes it when the link is gone
@@ -505,6 +513,13 @@ class AgentSession(AgentSends[Coroutine[Any, Any, CommandResult]], AgentReceives
         if self._capture is not None:
             self._capture.close()
             self._capture = None
+
+
+async def refuse(link: AgentLink, metrics: Metrics, code: str, message: str | None) -> None:
+    """Answer a link's ``session.start`` with ``session.reject`` (counted in ``metrics`` by its
+    code) and close it."""
+    metrics.refused(code)
+    await link.perform(link.core.reject(code, message, link.out.clock.now()))
 
 
 def _count_read(stats: SessionStats, outputs: list[AgentOutput], now: float, size: int) -> None:

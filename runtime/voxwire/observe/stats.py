@@ -153,6 +153,7 @@ class SessionStats:
         if own is not None and own not in marks.senders:
             raise StatsError(f"own must be one of {marks.senders}, not {own!r}")
         self._marks = marks
+        self._own = own
         self._sides = {
             sender: Side(i, sender in marks.sequenced and sender != own)
             for i, sender in enumerate(marks.senders)
@@ -328,11 +329,19 @@ class SessionStats:
         jitter = side.jitter16 / (16_000 * (side.units or 1)) if side.jittered else None
         return side.frames, side.frames_missing, jitter
 
-    def snapshot(self) -> Snapshot:
-        """Everything counted so far, frozen."""
+    @property
+    def own(self) -> str | None:
+        """The sender this side is (see the class), or None."""
+        return self._own
+
+    def snapshot(self, *, detail: bool = True) -> Snapshot:
+        """Everything counted so far, frozen; without ``detail``, no plot series and no lists
+        of turns, tool calls and resumes (their counts are there: what metrics read)."""
         state, marks = self._state, self._marks
         frames_ms = marks.frames.duration_ms if marks.frames is not None else 0
-        directions = {s: self._direction(s, side, frames_ms) for s, side in self._sides.items()}
+        directions = {
+            s: self._direction(s, side, frames_ms, detail) for s, side in self._sides.items()
+        }
         return Snapshot(
             protocol=marks.protocol,
             started_at=None if state.first is None else state.first / _US,
@@ -345,7 +354,7 @@ class SessionStats:
             turn_latency=self._latency.frozen(),
             turn_list=tuple(
                 Turn(x.ended_at / _US, None if x.answered_at is None else x.answered_at / _US)
-                for x in state.turns
+                for x in (state.turns if detail else ())
             ),
             tool_calls=state.call_count,
             tool_outcomes=MappingProxyType(dict(state.outcomes)),
@@ -359,7 +368,7 @@ class SessionStats:
                     c.outcome,
                     c.stated_ms,
                 )
-                for c in state.calls
+                for c in (state.calls if detail else ())
             ),
             resumes=state.resume_count,
             resume_list=tuple(
@@ -369,7 +378,7 @@ class SessionStats:
                     r.replayed,
                     r.events_lost,
                 )
-                for r in state.resumes
+                for r in (state.resumes if detail else ())
             ),
             events_replayed=state.events_replayed,
             events_lost=state.events_lost,
@@ -395,7 +404,7 @@ class SessionStats:
                 state.first = us
         return us
 
-    def _direction(self, sender: str, side: Side, frame_ms: int) -> Direction:
+    def _direction(self, sender: str, side: Side, frame_ms: int, detail: bool) -> Direction:
         scale = 16_000 * (side.units or 1)
         return Direction(
             sender=sender,
@@ -414,7 +423,7 @@ class SessionStats:
             frames_late=side.frames_late,
             jitter_ms=side.jitter16 / scale if side.jittered else None,
             jitter_max_ms=side.jitter16_max / scale if side.jittered else None,
-            series=self._series.points(side),
+            series=self._series.points(side) if detail else (),
         )
 
     def _read(self, sender: str, message: Any, us: int) -> None:

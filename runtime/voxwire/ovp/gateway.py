@@ -46,6 +46,7 @@ from voxwire.cluster.relay import RelayFailed, carry, open_relay
 from voxwire.hosts import is_loopback
 from voxwire.link import Keepalive
 from voxwire.observe.endpoints import Endpoints
+from voxwire.observe.metrics import Metrics
 from voxwire.ovp import (
     ENDPOINT_PATH,
     MAX_RECEIVE_BYTES,
@@ -171,7 +172,9 @@ class Gateway:
         self.record = record
         self.directory = directory
         self._ssl = ssl
-        self.endpoints = Endpoints()
+        self.metrics = Metrics("ovp", "gateway")
+        """The gateway's metrics (docs/observability.md), which ``/metrics`` serves."""
+        self.endpoints = Endpoints(metrics=self.metrics.exposition)
         """``/healthz``, ``/readyz`` and ``/metrics`` on the gateway's port."""
         self._server: Server | None = None
         self._sessions: dict[str, GatewaySession] = {}
@@ -321,6 +324,7 @@ class Gateway:
             silence_timeout=self.keepalive,
             now=self.clock.now(),
         )
+        self.metrics.relayed()
         await carry(ws, upstream, owner, keepalive=keepalive, clock=self.clock)
         return True
 
@@ -349,6 +353,7 @@ class Gateway:
                     "message": f"offer the subprotocol {SUBPROTOCOL} or {SUBPROTOCOL_ALIAS}",
                 }
             )
+            self.metrics.refused(ErrorCode.OVP_SUBPROTOCOL_MISMATCH)
             response = connection.respond(SUBPROTOCOL_MISMATCH_HTTP_STATUS, body)
             del response.headers["Content-Type"]
             response.headers["Content-Type"] = "application/json"
@@ -381,6 +386,7 @@ class Gateway:
                 raise TokenRejected("token is for another tenant")
         except TokenRejected as exc:
             log.info("session %s: refused a connection: %s", session_id, exc)
+            self.metrics.refused(ErrorCode.OVP_AUTH_FAILED)
             link = open_link(
                 ws,
                 self.clock,
@@ -416,4 +422,5 @@ class Gateway:
             record=self.record,
             bury=self._bury,
             forget=self._forget,
+            metrics=self.metrics,
         )

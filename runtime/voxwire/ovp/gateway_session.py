@@ -26,6 +26,7 @@ from websockets.protocol import Event
 from voxwire.capture import Record, open_recorder
 from voxwire.clock import Clock
 from voxwire.link import Link, Put
+from voxwire.observe.metrics import Metrics
 from voxwire.observe.snapshot import Snapshot
 from voxwire.observe.stats import SessionStats
 from voxwire.ovp import (
@@ -92,6 +93,8 @@ class GatewayHost:
     """The session is over: the gateway keeps its id as a tombstone for a while."""
     forget: Callable[[GatewaySession], None]
     """The tombstone's time is up: the gateway lets the session go."""
+    metrics: Metrics | None = None
+    """The gateway's metrics: the session's statistics are read there while it lives."""
 
 
 class GatewayConnection(ServerConnection):
@@ -153,6 +156,8 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives):
             window=STREAM_WINDOW,
             measure=QualityMeter(self._stats, "client", self._rtt),
         )
+        if host.metrics is not None:
+            host.metrics.opened(self, self._stats, lambda: self._handlers.errors)
         self._links: dict[int, Link] = {}
         self._inbox: Inbox[ClientMessage | AudioFrame] = Inbox(
             host.max_events, before_wait=self._flush_links
@@ -402,6 +407,8 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives):
             if not self._buried:
                 self._buried = True
                 self._host.bury(self)
+                if self._host.metrics is not None:
+                    self._host.metrics.closed(self)
             return
         self._timer.update()
 
