@@ -567,10 +567,9 @@ class AgentServer:
             return False
         log.info("session %s: parked on %s; relaying the resumption", session_id, owner.process_id)
         await link.out.stop()  # the owner's link speaks on this connection now
-        # The link's own keepalive policy, for both sides of the relay.
-        keepalive = link.out.keepalive
-        self.metrics.relayed()
-        await carry(link.ws, upstream, owner, first=[raw], keepalive=keepalive, clock=self.clock)
+        keep = link.out.keepalive  # the link's own policy, for both sides of the relay
+        with self.metrics.relaying(session_id):
+            await carry(link.ws, upstream, owner, first=[raw], keepalive=keep, clock=self.clock)
         return True
 
     # -- plumbing -------------------------------------------------------------------------------

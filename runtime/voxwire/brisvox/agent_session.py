@@ -237,7 +237,13 @@ class AgentSession(AgentSends[Coroutine[Any, Any, CommandResult]], AgentReceives
         self._link: AgentLink | None = None
         self._stats = SessionStats.of("brisvox", own="agent")
         if host.metrics is not None:
-            host.metrics.opened(self, self._stats, lambda: self._handlers.errors)
+            host.metrics.opened(
+                self,
+                self._stats,
+                lambda: self._handlers.errors,
+                session_id=start.session_id,
+                clock=host.clock,
+            )
         self._handshake(start, accept)
         self._attach(link)
 

@@ -13,14 +13,16 @@ every metric. :mod:`voxwire.observe.otel` reads the same :meth:`Metrics.totals`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, Protocol
 
+from voxwire.clock import Clock
 from voxwire.observe.snapshot import LATENCY_BOUNDS_MS, Snapshot
-from voxwire.observe.stats import SessionStats
+from voxwire.observe.stats import Listener, SessionStats
 
-__all__ = ["CONTENT_TYPE", "METRICS", "Metrics", "Totals"]
+__all__ = ["CONTENT_TYPE", "METRICS", "Metrics", "SessionTracing", "Totals", "Tracing"]
 
 CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 """The content type of Prometheus' text format."""
@@ -101,10 +103,30 @@ class Totals:
         self.handler_errors += handler_errors
 
 
+class SessionTracing(Listener, Protocol):
+    """A session's traces: told of its moments (a :class:`~voxwire.observe.stats.Listener`),
+    and of its end."""
+
+    def end(self, t: float) -> None:
+        """The session is over at ``t``."""
+
+
+class Tracing(Protocol):
+    """What traces a server's sessions and relays (:class:`voxwire.observe.otel.Telemetry`)."""
+
+    def session(self, metrics: Metrics, session_id: str, clock: Clock) -> SessionTracing:
+        """The traces of a session that begins now."""
+
+    def relay(self, metrics: Metrics, session_id: str) -> contextlib.AbstractContextManager[None]:
+        """The trace of a connection relayed to another process, while it is carried."""
+
+
 @dataclass
 class _Live:
     stats: SessionStats
     handler_errors: Callable[[], int]
+    clock: Clock
+    tracing: SessionTracing | None
 
 
 class Metrics:
@@ -115,11 +137,26 @@ class Metrics:
         self.role = role
         self._live: dict[object, _Live] = {}
         self._ended = Totals()
+        self.tracing: Tracing | None = None
+        """What traces the sessions that begin from now on and the relays (OpenTelemetry:
+        :func:`voxwire.observe.otel.instrument`); None traces nothing."""
 
-    def opened(self, key: object, stats: SessionStats, handler_errors: Callable[[], int]) -> None:
+    def opened(
+        self,
+        key: object,
+        stats: SessionStats,
+        handler_errors: Callable[[], int],
+        *,
+        session_id: str,
+        clock: Clock,
+    ) -> None:
         """A session (``key``: any object naming it) began; its statistics are read live."""
         if key not in self._live:
-            self._live[key] = _Live(stats, handler_errors)
+            tracing = None
+            if self.tracing is not None:
+                tracing = self.tracing.session(self, session_id, clock)
+                stats.listener = tracing
+            self._live[key] = _Live(stats, handler_errors, clock, tracing)
             self._ended.sessions_total += 1
 
     def closed(self, key: object) -> None:
@@ -128,14 +165,24 @@ class Metrics:
         if live is not None:
             snapshot = live.stats.snapshot(detail=False)
             self._ended.add(snapshot, live.stats.own, live.handler_errors())
+            if live.tracing is not None:
+                live.stats.listener = None
+                live.tracing.end(live.clock.now())
 
     def refused(self, code: str) -> None:
         """A connection was refused before a session took it, with ``code``."""
         self._ended.refusals[code] = self._ended.refusals.get(code, 0) + 1
 
-    def relayed(self) -> None:
-        """A connection was relayed to the process that holds its session."""
+    @contextlib.contextmanager
+    def relaying(self, session_id: str) -> Iterator[None]:
+        """A connection of ``session_id`` is relayed to the process that holds it (counted, and
+        traced while it is carried)."""
         self._ended.relays += 1
+        if self.tracing is None:
+            yield
+            return
+        with self.tracing.relay(self, session_id):
+            yield
 
     def totals(self) -> Totals:
         """The figures now: the ended sessions' and the live ones' as they are."""

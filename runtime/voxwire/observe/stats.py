@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from importlib import import_module
 from operator import attrgetter
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from voxwire.errors import VoxwireError
 from voxwire.observe._tally import FIRST_WIDTH_S, MAX_POINTS, Series, Side, Tally
@@ -49,6 +49,7 @@ __all__ = [
     "MAX_LISTED",
     "MAX_OPEN_TOOL_CALLS",
     "MAX_POINTS",
+    "Listener",
     "SessionStats",
     "StatsError",
     "wire_size",
@@ -70,6 +71,30 @@ def wire_size(data: str | bytes) -> int:
     if type(data) is str:
         return len(data) if data.isascii() else len(data.encode())
     return len(data)
+
+
+class Listener(Protocol):
+    """Told of a session's moments as its statistics see them (times in seconds, the inputs'
+    clock): what :mod:`voxwire.observe.otel` draws as spans. Called only at these moments, never
+    per message."""
+
+    def turn_ended(self, t: float) -> None:
+        """A user's turn ended."""
+
+    def turn_answered(self, ended_at: float, t: float) -> None:
+        """The turn that ended at ``ended_at`` was answered."""
+
+    def tool_started(self, key: str, name: str, t: float) -> None:
+        """A tool call began."""
+
+    def tool_ended(self, key: str, outcome: str, started_at: float, t: float) -> None:
+        """A tool call ended with ``outcome``."""
+
+    def resumed(self, lost_at: float | None, t: float) -> None:
+        """The session resumed on a new link (lost at ``lost_at``, if a loss was seen)."""
+
+    def link(self, event: str, t: float) -> None:
+        """The link was ``lost`` or ``closed``, or a new one is ``open``."""
 
 
 class StatsError(VoxwireError, ValueError):
@@ -154,6 +179,8 @@ class SessionStats:
             raise StatsError(f"own must be one of {marks.senders}, not {own!r}")
         self._marks = marks
         self._own = own
+        self.listener: Listener | None = None
+        """Told of the session's turns, tool calls, resumes and link events, when set."""
         self._sides = {
             sender: Side(i, sender in marks.sequenced and sender != own)
             for i, sender in enumerate(marks.senders)
@@ -310,6 +337,8 @@ class SessionStats:
         if event not in LINK_EVENTS:
             raise StatsError(f"a link event is one of {LINK_EVENTS}, not {event!r}")
         us, state = self._time(t), self._state
+        if self.listener is not None:
+            self.listener.link(event, us / _US)
         for side in self._sides.values():
             side.previous = None  # no jitter across links: the outage is no network's
         if event == "open":
@@ -440,6 +469,8 @@ class SessionStats:
             self._latency.add(us - state.pending.ended_at)
             state.answered += 1
             state.pending.answered_at = us
+            if self.listener is not None:
+                self.listener.turn_answered(state.pending.ended_at / _US, us / _US)
             state.pending = None
         if kind == marks.tool_call.type:
             self._call(message, us)
@@ -467,6 +498,8 @@ class SessionStats:
         state.pending = _Turn(us)
         if len(state.turns) < MAX_LISTED:
             state.turns.append(state.pending)
+        if self.listener is not None:
+            self.listener.turn_ended(us / _US)
 
     def _call(self, message: Any, us: int) -> None:
         marks, state = self._marks.tool_call, self._state
@@ -475,6 +508,8 @@ class SessionStats:
             return
         call = _Call(getattr(message, marks.key), str(getattr(message, marks.name)), us)
         state.open_calls[call.key] = call
+        if self.listener is not None:
+            self.listener.tool_started(str(call.key), call.name, us / _US)
         if len(state.calls) < MAX_LISTED:
             state.calls.append(call)
 
@@ -490,6 +525,10 @@ class SessionStats:
                     call.stated_ms = getattr(message, mark.duration_ms)
                 state.outcomes[mark.outcome] += 1
                 self._durations.add(us - call.started_at)
+                if self.listener is not None:
+                    self.listener.tool_ended(
+                        str(call.key), mark.outcome, call.started_at / _US, us / _US
+                    )
                 return
 
     def _resumed(self, sender: str, message: Any, us: int) -> None:
@@ -497,6 +536,8 @@ class SessionStats:
         assert mark is not None
         state.resume_count += 1
         resume = _Resume(state.lost_at, us)
+        if self.listener is not None:
+            self.listener.resumed(None if state.lost_at is None else state.lost_at / _US, us / _US)
         state.lost_at = None
         if len(state.resumes) < MAX_LISTED:
             state.resumes.append(resume)

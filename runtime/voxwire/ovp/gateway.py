@@ -324,8 +324,8 @@ class Gateway:
             silence_timeout=self.keepalive,
             now=self.clock.now(),
         )
-        self.metrics.relayed()
-        await carry(ws, upstream, owner, keepalive=keepalive, clock=self.clock)
+        with self.metrics.relaying(session_id):
+            await carry(ws, upstream, owner, keepalive=keepalive, clock=self.clock)
         return True
 
     def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:

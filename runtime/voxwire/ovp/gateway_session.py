@@ -157,7 +157,13 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives):
             measure=QualityMeter(self._stats, "client", self._rtt),
         )
         if host.metrics is not None:
-            host.metrics.opened(self, self._stats, lambda: self._handlers.errors)
+            host.metrics.opened(
+                self,
+                self._stats,
+                lambda: self._handlers.errors,
+                session_id=self.session_id,
+                clock=self._clock,
+            )
         self._links: dict[int, Link] = {}
         self._inbox: Inbox[ClientMessage | AudioFrame] = Inbox(
             host.max_events, before_wait=self._flush_links
