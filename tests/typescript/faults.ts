@@ -78,8 +78,9 @@ export async function restart(options: FaultOptions): Promise<object> {
  */
 export async function blackHole(options: FaultOptions): Promise<object> {
   const voice = client(options);
+  // The ticks' own numbers ("tick n"): the gateway's 5 s events take seqs between them.
   const seqs: number[] = [];
-  voice.on("agent.thinking", (event) => seqs.push(event.seq));
+  voice.on("agent.thinking", (event) => seqs.push(Number(event.delta.replace("tick ", ""))));
   await voice.connect();
   await voice.send("agent.input", { source: "developer_inject", text: "ready" });
   const before = performance.now();

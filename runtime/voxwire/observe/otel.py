@@ -12,18 +12,18 @@ instrument(server, tracer=tracer, meter=meter)
 :func:`instrument` attaches a :class:`Telemetry` to a ``Gateway``'s or an ``AgentServer``'s
 :class:`~voxwire.observe.metrics.Metrics`:
 
-- **metrics**: observable instruments that read the server's totals at each collection (the
-  names of ``/metrics``, with dots: ``voxwire.sessions.active``, ``voxwire.messages``...), and two
-  histograms recorded as turns are answered and tool calls end
-  (``voxwire.turn.latency``, ``voxwire.tool.duration``, in seconds);
-- **spans**, for each session that begins from then on: ``voxwire.session`` (from its start to
-  its end) and, under it, ``voxwire.turn`` (from the end of the user's turn to its answer) with
-  each ``voxwire.tool_call`` that began during it under the turn (else under the session), and
-  ``voxwire.resume`` (from the link's loss to the resume); ``voxwire.relay`` while a connection
-  is relayed to the process that holds its session.
+- **metrics**: observable instruments that read the server's totals at each collection (those
+  of ``/metrics``), and two histograms recorded as turns are answered and tool calls end (turn
+  latency and tool duration, in seconds);
+- **spans**, for each session that begins from then on: the session (from its start to its
+  end) and, under it, each turn (from the end of the user's turn to its answer) with each tool
+  call that began during it under the turn (else under the session), and each resume (from the
+  link's loss to the resume); and one span while a connection is relayed to the process that
+  holds its session.
 
-Every attribute is the session id (``voxwire.session_id``), the protocol and the role, and a
-tool's name, outcome or a link event: never a token, a URL or its query. The span times are
+docs/observability.md (OpenTelemetry) names every instrument, span and attribute. Every
+attribute is the session id, the protocol and the role, and a tool's name, an outcome, a
+direction or a code: never a token, a URL or its query. The span times are
 the session's clock's, placed on the wall clock when the session began. Nothing else in
 voxwire imports this module: without the extra, nothing of OpenTelemetry is imported.
 """
