@@ -73,22 +73,35 @@ print(json.dumps({"gate": type(gate).__name__, "digest": digest.hexdigest(), "co
 """
 
 
-def _answers(no_speedups: bool) -> dict[str, object]:
-    env = {k: v for k, v in os.environ.items() if k != "VOXWIRE_NO_SPEEDUPS"}
-    if no_speedups:
-        env["VOXWIRE_NO_SPEEDUPS"] = "1"
-    done = subprocess.run(
-        [sys.executable, "-c", PROBE, str(INPUTS_PER_SENDER), str(DEEP)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-        env=env,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    result: dict[str, object] = json.loads(done.stdout)
-    return result
+def _answers() -> tuple[dict[str, object], dict[str, object]]:
+    """The probe's answers through the Python gate and through the C gate, run side by side."""
+    runs = []
+    for no_speedups in (True, False):
+        env = {k: v for k, v in os.environ.items() if k != "VOXWIRE_NO_SPEEDUPS"}
+        if no_speedups:
+            env["VOXWIRE_NO_SPEEDUPS"] = "1"
+        runs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", PROBE, str(INPUTS_PER_SENDER), str(DEEP)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                cwd=ROOT,
+                env=env,
+            )
+        )
+    answers = []
+    try:
+        for run in runs:
+            out, err = run.communicate(timeout=300)
+            assert run.returncode == 0, err
+            answers.append(json.loads(out))
+    finally:
+        for run in runs:
+            run.kill()
+            run.wait()
+    python, c = answers
+    return python, c
 
 
 def _built() -> bool:
@@ -116,7 +129,7 @@ def test_the_c_gate_is_built_where_a_compiler_is() -> None:
 def test_both_gates_answer_every_input_alike() -> None:
     if not _built():
         pytest.skip("the C gate is not built here: only the Python gate runs")
-    python, c = _answers(no_speedups=True), _answers(no_speedups=False)
+    python, c = _answers()
     assert (python["gate"], c["gate"]) == ("function", "builtin_function_or_method")
     counts = python["counts"]
     assert isinstance(counts, dict) and counts["decoded"] > 1000 and counts["raised"] > 1000
