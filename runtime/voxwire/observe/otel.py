@@ -42,11 +42,14 @@ from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
 from voxwire.clock import Clock
 from voxwire.observe.metrics import Metrics, Totals
+from voxwire.observe.stats import OUTCOMES
 
 __all__ = ["Telemetry", "instrument"]
 
 _SCOPE: Final = "voxwire"
 _FRESH_S: Final = 0.5
+_FAILED: Final = OUTCOMES[1]
+"""The tool outcome a span's status marks as an error."""
 """A collection reads the totals once: instruments collected within this share them."""
 
 
@@ -202,7 +205,7 @@ class _SessionSpans:
         span = self._tools.pop(key, None)
         if span is not None:
             span.set_attribute("voxwire.outcome", outcome)
-            if outcome == "error":
+            if outcome == _FAILED:
                 span.set_status(Status(StatusCode.ERROR))
             span.end(end_time=self._ns(t))
 
