@@ -50,7 +50,6 @@ KNOWN = {
     "brisvox/engine_core.py": 927,
     "conformance/sessions.py": 720,
     "ovp/gateway_core.py": 979,
-    "_rules.py written_difference": 30,
 }
 """What is over the bounds today, each held to its measure until it is split: the codec (its
 decode and encode paths side by side, and the walk that names what JSON cannot carry), two

@@ -12,7 +12,7 @@ import math
 import os
 import re
 import reprlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any, Final, TypeVar
@@ -118,6 +118,11 @@ def requires(
     return f"{names[0]} requires {names[1]} == {expected!r}, got {_shown(other_value)}"
 
 
+def _struct_fields(struct: msgspec.Struct) -> Iterator[tuple[str, str]]:
+    """A Struct's fields, each as (attribute name, wire name)."""
+    return zip(struct.__struct_fields__, struct.__struct_encode_fields__, strict=True)
+
+
 def json_value_problem(
     value: object, path: str, max_depth: int, depth: int = 1
 ) -> tuple[str, str] | None:
@@ -148,9 +153,7 @@ def json_value_problem(
         elif isinstance(item, list | tuple):
             stack.extend((child, f"{where}[{i}]", depth + 1) for i, child in enumerate(item))
         elif isinstance(item, msgspec.Struct):
-            for name, wire in zip(
-                item.__struct_fields__, item.__struct_encode_fields__, strict=True
-            ):
+            for name, wire in _struct_fields(item):
                 child = getattr(item, name)
                 if child is not msgspec.UNSET:
                     stack.append((child, f"{where}.{wire}", depth + 1))
@@ -226,52 +229,77 @@ def written_difference(value: object, copy: object, path: str) -> tuple[str, str
     stack: list[tuple[object, object, str]] = [(value, copy, path)]
     while stack:
         mine, theirs, where = stack.pop()
-        if isinstance(mine, msgspec.Struct) and type(theirs) is type(mine):
-            for name, wire in zip(
-                mine.__struct_fields__, mine.__struct_encode_fields__, strict=True
-            ):
-                stack.append((getattr(mine, name), getattr(theirs, name), f"{where}.{wire}"))
-        elif isinstance(mine, dict) and isinstance(theirs, dict):
-            if mine.keys() != theirs.keys():
-                return where, "its keys do not read back the same"
-            stack.extend((child, theirs[key], f"{where}.{key}") for key, child in mine.items())
-        elif isinstance(mine, list | tuple) and isinstance(theirs, list):
-            if len(mine) != len(theirs):
-                return where, "its items do not read back the same"
-            stack.extend(
-                (child, other, f"{where}[{i}]")
-                for i, (child, other) in enumerate(zip(mine, theirs, strict=True))
-            )
-        elif isinstance(mine, datetime) and isinstance(theirs, datetime | str):
-            # A datetime field, or a datetime in a text or free-form field (written as text).
-            if isinstance(theirs, datetime):
-                same = mine == theirs and mine.utcoffset() == theirs.utcoffset()
-            else:
-                same = _whole_minutes(mine.utcoffset())
-            if not same:
-                written = theirs.isoformat() if isinstance(theirs, datetime) else theirs
-                return where, (
-                    f"{mine.isoformat()} would be written as {written}, another instant: "
-                    "RFC 3339 writes a UTC offset in whole minutes"
-                )
-        elif isinstance(mine, msgspec.Struct) and isinstance(theirs, dict):
+        inside = _read_back_inside(mine, theirs, where)
+        if isinstance(inside, list):
+            stack.extend(inside)
+            continue
+        detail = inside if inside is not None else _read_back_as(mine, theirs)
+        if detail is not None:
+            return where, detail
+    return None
+
+
+def _read_back_inside(
+    mine: object, theirs: object, where: str
+) -> list[tuple[object, object, str]] | str | None:
+    """What a container and its copy hold, as the pairs that must read back alike (a Struct
+    read back as itself or, inside a free-form value, as its object; a dict; an array); why
+    they cannot (keys or items that differ); or ``None`` when ``mine`` is no such container."""
+    if isinstance(mine, msgspec.Struct):
+        if type(theirs) is type(mine):
+            return [
+                (getattr(mine, name), getattr(theirs, name), f"{where}.{wire}")
+                for name, wire in _struct_fields(mine)
+            ]
+        if isinstance(theirs, dict):
             # A Struct in a free-form value, written as its object: what it holds must read
             # back (a field left out as its default is not written).
-            stack.extend(
+            return [
                 (getattr(mine, name), theirs[wire], f"{where}.{wire}")
-                for name, wire in zip(
-                    mine.__struct_fields__, mine.__struct_encode_fields__, strict=True
-                )
+                for name, wire in _struct_fields(mine)
                 if wire in theirs
-            )
-        elif isinstance(mine, Enum) and isinstance(theirs, str | int):
-            continue  # a free-form value: written in its JSON form, as documented
-        elif type(mine) is not type(theirs) and not (
-            isinstance(mine, int) and not isinstance(mine, bool) and type(theirs) is float
-        ):
-            return where, f"{mine!r} reads back as {theirs!r}"
-        elif mine != theirs:
-            return where, f"{mine!r} reads back as {theirs!r}: it is not exactly a JSON number"
+            ]
+        return None
+    if isinstance(mine, dict) and isinstance(theirs, dict):
+        if mine.keys() != theirs.keys():
+            return "its keys do not read back the same"
+        return [(child, theirs[key], f"{where}.{key}") for key, child in mine.items()]
+    if isinstance(mine, list | tuple) and isinstance(theirs, list):
+        if len(mine) != len(theirs):
+            return "its items do not read back the same"
+        return [
+            (child, other, f"{where}[{i}]")
+            for i, (child, other) in enumerate(zip(mine, theirs, strict=True))
+        ]
+    return None
+
+
+def _read_back_as(mine: object, theirs: object) -> str | None:
+    """How a value that is no container (or one read back as another kind) reads back as
+    another thing, or ``None``: a datetime as another instant, a value of another type (an
+    enum inside a free-form value reads back as its JSON form, an integer as a float), a
+    number that is not exactly a JSON number."""
+    if isinstance(mine, datetime) and isinstance(theirs, datetime | str):
+        # A datetime field, or a datetime in a text or free-form field (written as text).
+        if isinstance(theirs, datetime):
+            same = mine == theirs and mine.utcoffset() == theirs.utcoffset()
+        else:
+            same = _whole_minutes(mine.utcoffset())
+        if same:
+            return None
+        written = theirs.isoformat() if isinstance(theirs, datetime) else theirs
+        return (
+            f"{mine.isoformat()} would be written as {written}, another instant: "
+            "RFC 3339 writes a UTC offset in whole minutes"
+        )
+    if isinstance(mine, Enum) and isinstance(theirs, str | int):
+        return None  # a free-form value: written in its JSON form, as documented
+    if type(mine) is not type(theirs) and not (
+        isinstance(mine, int) and not isinstance(mine, bool) and type(theirs) is float
+    ):
+        return f"{mine!r} reads back as {theirs!r}"
+    if mine != theirs:
+        return f"{mine!r} reads back as {theirs!r}: it is not exactly a JSON number"
     return None
 
 
