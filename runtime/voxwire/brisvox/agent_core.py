@@ -25,7 +25,7 @@ from typing import Any, Final, TypeAlias
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from voxwire._codec import UnknownMessage, field_of_refused
+from voxwire._decode_errors import UnknownMessage, field_of_refused
 from voxwire._rules import JSON_SAFE_INTEGER
 from voxwire.brisvox.codec import decoder, encode
 from voxwire.brisvox.constants import SDK_HANDSHAKE_TIMEOUT_MS, SUPPORTED_VERSIONS, CloseCode

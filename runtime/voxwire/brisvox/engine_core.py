@@ -37,7 +37,7 @@ from typing import Any, Final, TypeAlias
 import msgspec
 from msgspec import UNSET
 
-from voxwire._codec import field_of_refused, without_item
+from voxwire._decode_errors import field_of_refused, without_item
 from voxwire._rules import JSON_SAFE_INTEGER
 from voxwire.brisvox.codec import decoder, encode
 from voxwire.brisvox.constants import (
