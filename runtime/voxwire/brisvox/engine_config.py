@@ -40,7 +40,7 @@ from voxwire.brisvox.constants import (
     MAX_SIP_USER_PART_LENGTH,
     RECONNECT_WINDOW_MS,
 )
-from voxwire.brisvox.engine_core import LinkSettings
+from voxwire.brisvox.engine_settings import LinkSettings
 from voxwire.brisvox.messages import CallIdentity
 from voxwire.errors import ConfigError
 from voxwire.hosts import CheckedURL, check_url
