@@ -20,7 +20,6 @@ from tests.test_ovp_support import (
 )
 from voxwire import ovp
 from voxwire.clock import ScaledClock
-from voxwire.ovp._session import STREAM_WINDOW
 from voxwire.ovp.gateway import GatewaySession
 
 
@@ -37,7 +36,9 @@ def burst(session: GatewaySession, count: int) -> None:
 
 
 @pytest.mark.parametrize(
-    "missed", [STREAM_WINDOW + 1, ovp.REPLAY_BUFFER_MAX_EVENTS], ids=["queue+1", "buffer"]
+    "missed",
+    [ovp.STREAM_WINDOW_EVENTS + 1, ovp.REPLAY_BUFFER_MAX_EVENTS],
+    ids=["queue+1", "buffer"],
 )
 def test_a_resume_replays_more_events_than_the_write_queue_holds(missed: int) -> None:
     async def main() -> None:
@@ -63,7 +64,7 @@ def test_a_resume_replays_more_events_than_the_write_queue_holds(missed: int) ->
 
 
 @pytest.mark.parametrize(
-    "count", [STREAM_WINDOW + 76, ovp.REPLAY_BUFFER_MAX_EVENTS], ids=["1100", "buffer"]
+    "count", [ovp.STREAM_WINDOW_EVENTS + 76, ovp.REPLAY_BUFFER_MAX_EVENTS], ids=["1100", "buffer"]
 )
 def test_a_live_burst_larger_than_the_write_queue_arrives_whole_on_one_link(count: int) -> None:
     async def main() -> None:
@@ -109,9 +110,11 @@ def test_a_client_send_past_the_write_queue_waits_for_room_and_nothing_is_droppe
                     before = sent
                     await asyncio.sleep(0.2)
             assert not flooding.done()  # the next send waits for room
-            assert link.outbound.waiting == STREAM_WINDOW and link.outbound.lost_total == 0
+            assert (
+                link.outbound.waiting == ovp.STREAM_WINDOW_EVENTS and link.outbound.lost_total == 0
+            )
             server_link.ws.transport.resume_reading()
-            await eventually(lambda: sent > before + STREAM_WINDOW, timeout=10)
+            await eventually(lambda: sent > before + ovp.STREAM_WINDOW_EVENTS, timeout=10)
             flooding.cancel()
             total = sent
             await eventually(lambda: len(got) >= total, timeout=10)

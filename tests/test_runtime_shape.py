@@ -47,7 +47,6 @@ OUTPUTS = frozenset(
 
 KNOWN = {
     "conformance/sessions.py": 720,
-    "ovp/gateway_core.py": 979,
 }
 """What is over the bounds today, each held to its measure until it is split: the codec (its
 decode and encode paths side by side, and the walk that names what JSON cannot carry), two

@@ -47,7 +47,6 @@ from voxwire.errors import ProtocolError
 from voxwire.ovp._session import AudioIn, Sent, SessionOver, SessionStateError
 from voxwire.ovp.client_core import ClientCore, ClientOutput, Dropped, Rejected, ServerEvent
 from voxwire.ovp.gateway_core import (
-    STREAM_WINDOW,
     ClientEvent,
     GatewayCore,
     GatewayOutput,
@@ -276,7 +275,7 @@ class _Gateway:
             if isinstance(o, ToLink) and isinstance(o.action, SendText)
         ):
             # its queue drained at once: the whole window is free again
-            streamed = self.core.drained(self.link, STREAM_WINDOW, t)
+            streamed = self.core.drained(self.link, ovp.STREAM_WINDOW_EVENTS, t)
             return streamed + self._written(streamed, t)
         return []
 

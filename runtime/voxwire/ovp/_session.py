@@ -26,7 +26,6 @@ from voxwire.ovp import (
     SAMPLE_WIDTH_BITS,
     SAMPLES_PER_FRAME,
     SESSION_ID_PATH_PATTERN,
-    STREAM_WINDOW_EVENTS,
     AudioFormat,
     AudioFrame,
     FrameDirection,
@@ -40,7 +39,6 @@ from voxwire.ovp import (
 __all__ = [
     "AUDIO_FORMAT",
     "RESUME_WINDOW",
-    "STREAM_WINDOW",
     "AudioIn",
     "FrameOrder",
     "FrameWriter",
@@ -65,11 +63,6 @@ AUDIO_FORMAT: Final = AudioFormat(
 
 RESUME_WINDOW: Final = RESUME_WINDOW_MS / 1000
 """The resume window in seconds."""
-
-STREAM_WINDOW: Final = STREAM_WINDOW_EVENTS
-"""Events one connection's link holds queued and not yet written (the spec's
-``stream_window_events``): a producer past it waits (the client's sends) or is held back by the
-gateway core's stream. Audio frames and other control messages do not count against it."""
 
 _SESSION_ID: Final = re.compile(SESSION_ID_PATH_PATTERN)
 _HALF_FRAME_SEQ: Final = FRAME_SEQ_MODULUS // 2

@@ -15,8 +15,8 @@ from websockets.protocol import State
 from voxwire.clock import Clock
 from voxwire.link import Keepalive, Link, LinkDown, Outbound, Overflow, Put
 from voxwire.observe.stats import SessionStats, wire_size
-from voxwire.ovp import PING_INTERVAL_MS, SILENCE_TIMEOUT_MS
-from voxwire.ovp._session import STREAM_WINDOW, AudioIn
+from voxwire.ovp import PING_INTERVAL_MS, SILENCE_TIMEOUT_MS, STREAM_WINDOW_EVENTS
+from voxwire.ovp._session import AudioIn
 from voxwire.ovp.client_core import ServerEvent
 from voxwire.ovp.gateway_core import ClientEvent, Resumed
 from voxwire.sansio import Action, Close, SendBinary, SendText
@@ -44,7 +44,9 @@ def open_link(
     life (pinged every ``keepalive * PING_INTERVAL_MS / SILENCE_TIMEOUT_MS``: decision
     keepalive-one-interval).
     """
-    outbound = Outbound(event_bound=STREAM_WINDOW, overflow=Overflow.WAIT, control_first=False)
+    outbound = Outbound(
+        event_bound=STREAM_WINDOW_EVENTS, overflow=Overflow.WAIT, control_first=False
+    )
     return Link(
         ws,
         outbound,

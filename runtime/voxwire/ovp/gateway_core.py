@@ -15,12 +15,13 @@ gateway.drained(link, 1024, now)            # room for 1024 events: the next one
 ```
 
 **The stream.** Every server event is stamped here (``seq`` +1 from 0 for the whole session),
-kept in the replay buffer, and written to the current link through a cursor: at most ``window``
-events are handed to the adapter unwritten (``ToLink(..., stream=True)``), and
-:meth:`GatewayCore.drained` hands out the next ones as the link's queue has room. A replay is the
-same cursor set back to the resumed ``last_server_seq``, so neither a replay of 4096 events nor a
-burst of events larger than the adapter's queue ever enters the queue at once. Audio frames go
-out only while the stream is caught up (stale audio is dropped).
+kept in the replay buffer, and written to the current link through a cursor that hands out at
+most ``window`` unwritten events, then more as :meth:`GatewayCore.drained` reports room; a
+replay is the same cursor set back (the private ``voxwire.ovp._gateway_stream``). Audio frames
+go out only while the stream is caught up (stale audio is dropped). The 5 s quality and cost
+events and the aggregated frame errors are ``voxwire.ovp.gateway_periodic``'s; the
+client's events judged, and session.end's counts, ``voxwire.ovp._gateway_events``; what a
+refused connection gets, ``voxwire.ovp._gateway_refusals``.
 
 The session's state is :attr:`GatewayCore.state`, a :class:`~voxwire.ovp.machines.GatewayState`;
 what may happen in each state is the spec's table :data:`~voxwire.ovp.machines.GATEWAY_MACHINE`
@@ -30,9 +31,7 @@ what may happen in each state is the spec's table :data:`~voxwire.ovp.machines.G
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, Final, TypeAlias
 
 import msgspec
@@ -40,36 +39,19 @@ from msgspec import UNSET
 
 from voxwire.machine import step
 from voxwire.ovp import (
-    CARRIED_BY_AGENT_TOOL_ERROR,
     END_REASONS,
-    FRAME_ERROR_REPORT_INTERVAL_MS,
     MAX_ELAPSED_MS,
     MAX_SEQ,
     PROTOCOL_VERSION,
-    RAISED_BY_PROTOCOL,
-    RECOVERABLE,
-    REPLAY_BUFFER_MAX_AGE_MS,
-    REPLAY_BUFFER_MAX_BYTES,
-    REPLAY_BUFFER_MAX_EVENTS,
     SERVER_MESSAGE_TYPES,
-    AgentBargeIn,
+    STREAM_WINDOW_EVENTS,
     AgentConfig,
-    AgentCostTick,
-    AgentHandoffAccepted,
-    AgentHandoffCompleted,
-    AgentHandoffFailed,
-    AgentHandoffRequested,
-    AgentOutput,
-    AgentToolInvoke,
     AudioFrame,
     CallInfo,
-    CallQualityUpdate,
-    ClientMessage,
     CloseCode,
     CostBreakdown,
     ErrorCode,
     ErrorEvent,
-    FinalStats,
     FrameDirection,
     Message,
     ProtocolError,
@@ -79,16 +61,21 @@ from voxwire.ovp import (
     SessionResume,
     SessionStart,
     SessionUpdate,
-    SupervisorRelease,
-    SupervisorTakeover,
-    decode,
     decode_frame,
     encode,
 )
+from voxwire.ovp._gateway_events import Answer, ClientEvent, Events, application_error
+from voxwire.ovp._gateway_refusals import (
+    Refusal,
+    read_resume,
+    refusal,
+    refuse_token,
+    resume_refusal,
+)
+from voxwire.ovp._gateway_stream import LinkDropped, Resumed, Stream, ToLink
 from voxwire.ovp._session import (
     AUDIO_FORMAT,
     RESUME_WINDOW,
-    STREAM_WINDOW,
     AudioIn,
     FrameOrder,
     FrameWriter,
@@ -97,16 +84,8 @@ from voxwire.ovp._session import (
     SessionStateError,
     Stamper,
     describe,
-    timestamp,
 )
-from voxwire.ovp.gateway_periodic import (
-    COST_INTERVAL,
-    NO_COST,
-    QUALITY_INTERVAL,
-    Quality,
-    next_due,
-    total_cost,
-)
+from voxwire.ovp.gateway_periodic import Quality, Reports
 from voxwire.ovp.machines import (
     GATEWAY_ENDED,
     GATEWAY_MACHINE,
@@ -115,10 +94,9 @@ from voxwire.ovp.machines import (
     GatewayInput,
     GatewayState,
 )
-from voxwire.sansio import Action, Close, Ignored, SendBinary, SendText
+from voxwire.sansio import Close, Ignored, SendBinary
 
 __all__ = [
-    "STREAM_WINDOW",
     "ClientEvent",
     "GatewayCore",
     "GatewayOutput",
@@ -132,9 +110,6 @@ __all__ = [
 
 # The window is closed (exactly 30 s is inside), so its deadline fires just after it.
 _WINDOW_EPSILON: Final = 0.001
-_FRAME_REPORT_INTERVAL: Final = FRAME_ERROR_REPORT_INTERVAL_MS / 1000
-_FRAME_ERROR_CODES: Final = (ErrorCode.OVP_AUDIO_FRAME_INVALID, ErrorCode.OVP_SEQ_REGRESSION)
-"""The frame errors reported in aggregate, in the order a tick reports them."""
 
 
 # The spec's state groups are tuples, not sets: membership by identity, without Enum.__hash__
@@ -143,128 +118,10 @@ _LIVE: Final = GatewayState.LIVE  # bound once, as an Enum member look-up is a c
 _FROM_CLIENT: Final = int(FrameDirection.CLIENT_TO_SERVER)  # compared int to int per frame
 
 
-class ClientEvent(msgspec.Struct, frozen=True):
-    """A client event the gateway accepted, for the gateway's application."""
-
-    message: ClientMessage
-
-
-class ToLink(msgspec.Struct, frozen=True):
-    """Perform ``action`` on the gateway's connection ``link``.
-
-    ``stream``: an event of the session's stream, which counts against the link's window (the
-    adapter queues it as an event; anything else is control: audio, refusals, closes).
-    """
-
-    link: int
-    action: Action
-    stream: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class LinkDropped:
-    """The session's current connection is gone; the resume window runs from ``at``."""
-
-    link: int
-    at: float
-
-
-@dataclass(frozen=True, slots=True)
-class Resumed:
-    """``link`` resumed the session; ``replayed`` events are sent again before live ones.
-    ``message``: the client's ``session.resume``."""
-
-    link: int
-    replayed: int
-    message: SessionResume | None = field(default=None, compare=False)
-
-
 GatewayOutput: TypeAlias = (
     ToLink | Sent | ClientEvent | AudioIn | Ignored | LinkDropped | Resumed | SessionOver
 )
 """What :class:`GatewayCore` returns: actions addressed to a link, and events."""
-
-
-class _Link:
-    """One authenticated connection: waiting for its session.resume, or carrying the stream."""
-
-    def __init__(self) -> None:
-        self.streaming = False  # the session's current link
-        self.next_seq = 0  # the seq of the next event of the stream to hand out
-        self.unwritten = 0  # events handed out that the link's queue may still hold
-        self.close_after: Close | None = None  # once the stream is written out
-        self.cut = False  # closed: nothing more goes to it
-
-
-class _ReplayBuffer:
-    """The server events sent, for replay: bounded by count, encoded bytes and age.
-
-    Seqs are consecutive (every stamped event enters), so a seq's place is ``seq - first``.
-    """
-
-    def __init__(self) -> None:
-        self._events: deque[tuple[int, float, bytes]] = deque()
-        self._bytes = 0
-        self.evicted_through = -1  # highest seq no longer held
-
-    def add(self, seq: int, data: bytes, now: float) -> None:
-        self._events.append((seq, now, data))
-        self._bytes += len(data)
-        self.evict(now)
-
-    def evict(self, now: float) -> None:
-        events = self._events
-        oldest = now - REPLAY_BUFFER_MAX_AGE_MS / 1000
-        while events and (
-            len(events) > REPLAY_BUFFER_MAX_EVENTS
-            or self._bytes > REPLAY_BUFFER_MAX_BYTES
-            or events[0][1] < oldest
-        ):
-            seq, _, data = events.popleft()
-            self._bytes -= len(data)
-            self.evicted_through = seq
-
-    def holds_after(self, last_seq: int) -> bool:
-        """Whether every event after ``last_seq`` is still held."""
-        return last_seq >= self.evicted_through
-
-    def take(self, first_seq: int, count: int) -> list[bytes]:
-        """Up to ``count`` encoded events from ``first_seq`` on (which must be held)."""
-        events = self._events
-        if not events or count <= 0:
-            return []
-        start = first_seq - events[0][0]
-        # By index: a deque finds one from its nearer end, so the live stream (the newest
-        # events) costs the same with 4096 held as with one (islice would walk from the left).
-        return [events[i][2] for i in range(start, min(start + count, len(events)))]
-
-    def clear(self) -> None:
-        self._events.clear()
-        self._bytes = 0
-
-    def __len__(self) -> int:
-        return len(self._events)
-
-    @property
-    def size(self) -> int:
-        """Encoded bytes held."""
-        return self._bytes
-
-
-class _FrameErrors:
-    """Frame errors of one code, reported at most once per interval with a dropped count."""
-
-    def __init__(self) -> None:
-        self.dropped = 0
-        self.last_detail = ""
-        self.next_report = float("-inf")
-
-    def due(self, now: float) -> bool:
-        return self.dropped > 0 and now >= self.next_report
-
-    @property
-    def deadline(self) -> float | None:
-        return self.next_report if self.dropped > 0 else None
 
 
 class GatewayCore:
@@ -283,10 +140,9 @@ class GatewayCore:
             (answered with ``OVP_SESSION_UPDATE_REJECTED``).
         window: Events of the stream one link's queue holds at most (its event bound):
             never more are handed out before :meth:`drained` reports room.
-        measure: What the session measured, asked when a ``call.quality.update`` is due and the
-            application set no values; with it, both 5 s events are always sent (the cost tick
-            with zeros until :meth:`set_cost`). Without it, each is sent only once the
-            application gave its values (the conformance players' core).
+        measure: What the session measured, for the 5 s quality events the application sets
+            no values for (:class:`~voxwire.ovp.gateway_periodic.Reports` says when; without
+            it, as in the conformance players' core, each event waits for the application's).
     """
 
     def __init__(
@@ -295,11 +151,11 @@ class GatewayCore:
         *,
         epoch: float,
         accept_patch: Callable[[SessionPatch], str | None] | None = None,
-        window: int = STREAM_WINDOW,
+        window: int = STREAM_WINDOW_EVENTS,
         measure: Callable[[float], Quality] | None = None,
     ) -> None:
-        if window < 1:
-            raise ValueError(f"window must be at least 1, not {window}")
+        self._stamper = Stamper(session_id, epoch, SERVER_MESSAGE_TYPES)
+        self._stream = Stream(self._stamper, window)
         self.session_id = session_id
         self.state = GatewayState.NEW
         self.agent: AgentConfig | None = None
@@ -309,25 +165,11 @@ class GatewayCore:
         self.over: SessionOver | None = None
         self.dropped_at: float | None = None
         self.current_link: int | None = None
-        self._window = window
-        self._accept_patch = accept_patch
-        self._stamper = Stamper(session_id, epoch, SERVER_MESSAGE_TYPES)
-        self._links: dict[int, _Link] = {}
-        self._next_link = 0
         self._start_link: int | None = None
-        self._last_client_seq: int | None = None
-        self._replay = _ReplayBuffer()
         self._frames_out = FrameWriter(FrameDirection.SERVER_TO_CLIENT)
         self._frames_in = FrameOrder()
-        self._frame_errors: dict[ErrorCode, _FrameErrors] = {}  # each made at its first error
-        self._takeover: bool | None = None  # resumable flag of the takeover in force
-        self._handoff: str | None = None  # "requested" or "accepted"
-        self._quality: Quality | None = None
-        self._measure = measure
-        self._cost: CostBreakdown | None = None
-        self._next_quality: float | None = None
-        self._next_cost: float | None = None
-        self._counts = {"turns": 0, "tool_calls": 0, "barge_ins": 0}
+        self._reports = Reports(measure)
+        self._events = Events(session_id, accept_patch)
         self.client_frames = 0
         self.server_frames = 0
         self.frames_unsent = 0
@@ -341,15 +183,13 @@ class GatewayCore:
         ended one waits on it for ``session.resume``; one that is over refuses it at once
         (``OVP_RESUME_EXPIRED``: decision ended-session-id-taken).
         """
-        link = self._next_link
-        self._next_link += 1
-        self._links[link] = _Link()
+        link = self._stream.open()
         if self.state is GatewayState.OVER:
-            return link, self._refuse_resume(link, None, self._over_detail(), now)
+            return link, self._refuse_resume(link, Refusal(self._over_detail()), now)
         out: list[GatewayOutput] = []
         if self.state is GatewayState.NEW:
             if self.current_link is not None:
-                out += self._cut(self.current_link, Close(CloseCode.NORMAL, "superseded"))
+                out += self._stream.cut(self.current_link, Close(CloseCode.NORMAL, "superseded"))
             self._stream_to(link, 0)
         return link, out
 
@@ -361,14 +201,14 @@ class GatewayCore:
         ``answered_close``: the client answered the close this side sent, so it read everything
         before it (after ``session.end``: the end was delivered).
         """
-        self._links.pop(link, None)
+        self._stream.links.pop(link, None)
         if link != self.current_link:
             return []
         self.current_link = None
         state = self.state
         if state is GatewayState.ENDING and answered_close:
             self._go(GatewayInput.END_DELIVERED)
-            self._replay.clear()
+            self._stream.replay.clear()
             return []
         if state in (GatewayState.LIVE, GatewayState.ENDING):
             self._go(GatewayInput.LINK_LOST)
@@ -378,11 +218,7 @@ class GatewayCore:
 
     def drained(self, link: int, room: int, now: float) -> list[GatewayOutput]:
         """``link``'s queue drained and has ``room`` for events: the next part of the stream."""
-        state = self._links.get(link)
-        if state is None:
-            return []
-        state.unwritten = max(0, self._window - room)
-        return self._pump(link)
+        return [*self._stream.drained(link, room)]
 
     # ------------------------------------------------------------------ application
 
@@ -394,7 +230,7 @@ class GatewayCore:
         self.agent = agent
         self.started_at = now
         self._start_link = self.current_link
-        self._next_quality, self._next_cost = now + QUALITY_INTERVAL, now + COST_INTERVAL
+        self._reports.start(now)
         out = self._emit(
             SessionStart,
             {
@@ -432,7 +268,7 @@ class GatewayCore:
             self._require_live()
         data = self._frames_out.build(pcm, flags, None)
         link = self.current_link
-        state = None if link is None else self._links[link]
+        state = None if link is None else self._stream.links[link]
         if link is None or state is None or state.cut or state.next_seq < self._stamper.next_seq:
             self.frames_unsent += 1
             return []
@@ -460,17 +296,7 @@ class GatewayCore:
         the handshake and resume codes are the core's own.
         """
         self._require_live()
-        if code in CARRIED_BY_AGENT_TOOL_ERROR:
-            raise ValueError(f"{code} is sent as the code of an agent.tool.error")
-        if code in RAISED_BY_PROTOCOL:
-            raise ValueError(f"{code} is sent by the gateway itself")
-        if code in RECOVERABLE:
-            table = RECOVERABLE[ErrorCode(code)]
-            if recoverable not in (None, table):
-                raise ValueError(f"{code} is recoverable: {str(table).lower()} by the spec")
-            recoverable = table
-        elif recoverable is None:
-            raise ValueError(f"{code} is not in the error table: say whether it is recoverable")
+        recoverable = application_error(code, recoverable)
         fields: dict[str, Any] = {"code": code, "message": message, "recoverable": recoverable}
         if details:
             fields["details"] = details
@@ -485,14 +311,8 @@ class GatewayCore:
         self._require_live()
         assert self.started_at is not None
         duration = min(MAX_ELAPSED_MS, max(0, round((now - self.started_at) * 1000)))
-        cost = self._cost or NO_COST
-        stats = FinalStats(
-            duration_ms=duration,
-            client_frames=self.client_frames,
-            server_frames=self.server_frames,
-            total_cost_usd_micros=total_cost(cost),
-            cost_breakdown=cost,
-            **self._counts,
+        stats = self._events.final_stats(
+            duration, self.client_frames, self.server_frames, self._reports.cost
         )
         fields: dict[str, Any] = {"reason": reason, "stats": stats}
         if error_code is not None:
@@ -503,7 +323,7 @@ class GatewayCore:
         sent = out[0]
         assert isinstance(sent, Sent) and isinstance(sent.message, SessionEnd)
         if self.current_link is not None:  # a link waiting for its resume may still get the end
-            out += self._close_after_stream(
+            out += self._stream.close_after(
                 self.current_link, Close(CloseCode.NORMAL, "session ended")
             )
         self.over = SessionOver(sent.message, error_code, f"ended: {reason}")
@@ -515,69 +335,42 @@ class GatewayCore:
         if self.state is GatewayState.OVER:
             return []
         out: list[GatewayOutput] = []
-        for link in list(self._links):
-            out += self._cut(link, Close(CloseCode.INTERNAL_ERROR, "session aborted"))
+        out += self._stream.cut_all(Close(CloseCode.INTERNAL_ERROR, "session aborted"))
         return out + self._finish(ErrorCode.OVP_INTERNAL_ERROR, f"aborted: {detail}")
 
     def set_quality(
         self, *, packet_loss_pct: float, jitter_ms: float, rtt_ms: float, mos: float
     ) -> None:
         """The values the next 5 s ``call.quality.update`` carries (instead of ``measure``'s)."""
-        self._quality = Quality(packet_loss_pct, jitter_ms, rtt_ms, mos)
+        self._reports.quality = Quality(packet_loss_pct, jitter_ms, rtt_ms, mos)
 
     def set_cost(self, breakdown: CostBreakdown) -> None:
         """The running cost the next 5 s ``agent.cost.tick`` (and session.end's stats) carry."""
-        self._cost = breakdown
+        self._reports.cost = breakdown
 
     # ------------------------------------------------------------------ input
 
     def receive_text(self, link: int, data: bytes | str, now: float) -> list[GatewayOutput]:
         """Judge one text message from connection ``link``."""
-        state = self._links.get(link)
+        state = self._stream.links.get(link)
         if state is None or state.cut:
             return [Ignored(f"a text message on link {link}, which is closing")]
-        if not state.streaming:
-            return self._first_on_resumed_link(link, data, now)
+        if not state.streaming:  # a valid session.resume first (first-event-on-a-resumed-link)
+            resume = read_resume(data, self.session_id, self._events.last_client_seq)
+            if isinstance(resume, Refusal):
+                return self._refuse_resume(link, resume, now)
+            return self._resume(link, resume, now)
         if self.state not in (GatewayState.NEW, *GATEWAY_SENDING):
             return [Ignored(f"a text message on link {link} after session.end")]
-        try:
-            message = decode(data, sender="client")
-        except ProtocolError as exc:
-            details = {"event_type": exc.message_type} if exc.message_type else None
-            return self._answer(exc.code, describe(exc), now, details)
-        about = {"event_seq": message.seq, "event_type": message.type}
-        if message.session_id != self.session_id:
-            return self._answer(
-                ErrorCode.OVP_EVENT_SCHEMA_INVALID,
-                f"the event names another session ({message.session_id!r})",
-                now,
-                about,
-            )
-        if isinstance(message, SessionResume) and (
-            self.state is GatewayState.NEW or link == self._start_link
-        ):
-            # This link carried the session's start, so the client resumes a session this
-            # gateway does not hold (a restarted gateway): refused, never stitched on.
-            detail = f"this gateway does not hold session {self.session_id!r} (it started anew)"
-            return self._refuse_resume(link, message.last_server_seq, detail, now)
-        if self._last_client_seq is not None and message.seq <= self._last_client_seq:
-            return self._answer(
-                ErrorCode.OVP_SEQ_REGRESSION,
-                f"seq {message.seq} is not greater than {self._last_client_seq}",
-                now,
-                about,
-            )
-        problem = self._out_of_place(message)
-        if problem is not None:
-            return self._answer(ErrorCode.OVP_EVENT_SCHEMA_INVALID, problem, now, about)
-        if isinstance(message, SessionUpdate):
-            refusal = self._accept_patch(message.patch) if self._accept_patch else None
-            if refusal is not None:
-                return self._answer(ErrorCode.OVP_SESSION_UPDATE_REJECTED, refusal, now, about)
-            self._apply(message.patch)
-        self._last_client_seq = message.seq
-        self._track_client(message)
-        return [ClientEvent(message)]
+        started = self.state is not GatewayState.NEW
+        judged = self._events.judge(data, started=started, on_start_link=link == self._start_link)
+        if isinstance(judged, Answer):
+            return self._answer(judged.code, judged.detail, now, judged.details)
+        if isinstance(judged, Refusal):
+            return self._refuse_resume(link, judged, now)
+        if isinstance(judged, SessionUpdate):
+            self._apply(judged.patch)
+        return [ClientEvent(judged)]
 
     def receive_binary(
         self, link: int, data: bytes | bytearray | memoryview, now: float
@@ -605,24 +398,8 @@ class GatewayCore:
             out += self._expire(now)
         if self.state not in GATEWAY_SENDING:
             return out
-        for code in _FRAME_ERROR_CODES:
-            errors = self._frame_errors.get(code)
-            if errors is not None and errors.due(now):
-                out += self._report_frames(code, errors, now)
-        if self._next_quality is not None and now >= self._next_quality:
-            self._next_quality = next_due(self._next_quality, now, QUALITY_INTERVAL)
-            q = self._quality or (self._measure(now) if self._measure is not None else None)
-            if q is not None:
-                out += self._emit(CallQualityUpdate, q.fields(), now)
-        if self._next_cost is not None and now >= self._next_cost:
-            self._next_cost = next_due(self._next_cost, now, COST_INTERVAL)
-            cost = self._cost or (NO_COST if self._measure is not None else None)
-            if cost is not None:
-                out += self._emit(
-                    AgentCostTick,
-                    {"total_cost_usd_micros": total_cost(cost), "breakdown": cost},
-                    now,
-                )
+        for kind, fields in self._reports.due(now):
+            out += self._emit(kind, fields, now)
         return out
 
     def next_deadline(self) -> float | None:
@@ -630,9 +407,8 @@ class GatewayCore:
         deadlines = []
         if self.state in GATEWAY_WINDOWED and self.dropped_at is not None:
             deadlines.append(self.dropped_at + RESUME_WINDOW + _WINDOW_EPSILON)
-        if self.state in GATEWAY_SENDING:
-            deadlines += [e.deadline for e in self._frame_errors.values() if e.deadline is not None]
-            deadlines += [t for t in (self._next_quality, self._next_cost) if t is not None]
+        if self.state in GATEWAY_SENDING and (report := self._reports.next_deadline()) is not None:
+            deadlines.append(report)
         return min(deadlines, default=None)
 
     # ------------------------------------------------------------------ inspection
@@ -645,7 +421,7 @@ class GatewayCore:
     @property
     def replay_size(self) -> tuple[int, int]:
         """Events and encoded bytes the replay buffer holds."""
-        return len(self._replay), self._replay.size
+        return len(self._stream.replay), self._stream.replay.size
 
     # ------------------------------------------------------------------ internals
 
@@ -679,42 +455,9 @@ class GatewayCore:
 
     def _stream_to(self, link: int, next_seq: int) -> None:
         """Make ``link`` the current link, its stream going on from ``next_seq``."""
-        state = self._links[link]
-        state.streaming = True
-        state.next_seq = next_seq
+        self._stream.follow(link, next_seq)
         self.current_link = link
         self.dropped_at = None
-
-    def _pump(self, link: int) -> list[GatewayOutput]:
-        """Hand ``link`` the next events of the stream its window allows (then a pending close)."""
-        state = self._links.get(link)
-        if state is None or state.cut or not state.streaming:
-            return []
-        out: list[GatewayOutput] = []
-        behind = self._stamper.next_seq - state.next_seq
-        room = self._window - state.unwritten
-        if behind > 0 and room > 0:
-            if not self._replay.holds_after(state.next_seq - 1):
-                return self._cut(link, Close(CloseCode.POLICY, "too slow: the stream was evicted"))
-            chunk = self._replay.take(state.next_seq, min(behind, room))
-            out = [ToLink(link, SendText(data), stream=True) for data in chunk]
-            state.next_seq += len(chunk)
-            state.unwritten += len(chunk)
-        if state.close_after is not None and state.next_seq == self._stamper.next_seq:
-            out += self._cut(link, state.close_after)
-        return out
-
-    def _close_after_stream(self, link: int, close: Close) -> list[GatewayOutput]:
-        self._links[link].close_after = close
-        return self._pump(link)
-
-    def _cut(self, link: int, close: Close) -> list[GatewayOutput]:
-        """Close ``link`` now; it gets nothing more (the adapter reports it lost)."""
-        state = self._links.get(link)
-        if state is None or state.cut:
-            return []
-        state.cut = True
-        return [ToLink(link, close)]
 
     def _emit(
         self, kind: type[Message], fields: Mapping[str, Any], now: float
@@ -738,11 +481,11 @@ class GatewayCore:
     ) -> list[GatewayOutput]:
         """Stamp one server event, keep it for replay, and stream it to the current link."""
         message, data = self._stamper.build(kind, fields, now)
-        self._replay.add(self.last_seq, data, now)
-        self._track_server(message)
+        self._stream.replay.add(self.last_seq, data, now)
+        self._events.sent(message)
         out: list[GatewayOutput] = [Sent(message, len(data))]
         if self.current_link is not None:
-            out += self._pump(self.current_link)
+            out += self._stream.pump(self.current_link)
         return out
 
     def _answer(
@@ -757,26 +500,9 @@ class GatewayCore:
         return self._emit(ErrorEvent, fields, now)
 
     def _frame_error(self, code: ErrorCode, detail: str, now: float) -> list[GatewayOutput]:
-        errors = self._frame_errors.get(code)
-        if errors is None:
-            errors = self._frame_errors[code] = _FrameErrors()
-        errors.dropped += 1
-        errors.last_detail = detail
+        report = self._reports.frame_error(code, detail, now)
         dropped: list[GatewayOutput] = [Ignored(detail, code)]  # reported at most once a second
-        return dropped + self._report_frames(code, errors, now) if errors.due(now) else dropped
-
-    def _report_frames(
-        self, code: ErrorCode, errors: _FrameErrors, now: float
-    ) -> list[GatewayOutput]:
-        fields = {
-            "code": code,
-            "message": errors.last_detail,
-            "recoverable": RECOVERABLE[code],
-            "details": {"dropped_frames": errors.dropped},
-        }
-        errors.dropped = 0
-        errors.next_report = now + _FRAME_REPORT_INTERVAL
-        return self._emit(ErrorEvent, fields, now)
+        return dropped + self._emit(*report, now) if report is not None else dropped
 
     # --- resuming
 
@@ -784,99 +510,52 @@ class GatewayCore:
         last = resume.last_server_seq
         if self.state in GATEWAY_WINDOWED and self._window_passed(now):
             assert self.dropped_at is not None
-            return self._refuse_resume(
-                link,
-                last,
-                f"{now - self.dropped_at:.3f} s after the drop, more than {RESUME_WINDOW:g} s",
-                now,
-            )
-        if last > self.last_seq:
-            return self._refuse_resume(
-                link, last, f"last_server_seq {last} was never sent (last is {self.last_seq})", now
-            )
-        self._replay.evict(now)  # the age bound holds at the resume too, not only on a send
-        if not self._replay.holds_after(last):
-            return self._refuse_resume(
-                link, last, f"the events after seq {last} are no longer all held", now
-            )
+            late = f"{now - self.dropped_at:.3f} s after the drop, more than {RESUME_WINDOW:g} s"
+            return self._refuse_resume(link, Refusal(late, last=last), now)
+        refused = resume_refusal(last, self.last_seq, self._stream.replay, now)
+        if refused is not None:
+            return self._refuse_resume(link, refused, now)
         out: list[GatewayOutput] = []
         if self.current_link is not None:  # a half-open link: the resume takes the session over
-            out += self._cut(self.current_link, Close(CloseCode.NORMAL, "resumed elsewhere"))
-            self._links.pop(self.current_link, None)
+            out += self._stream.cut(self.current_link, Close(CloseCode.NORMAL, "resumed elsewhere"))
+            self._stream.links.pop(self.current_link, None)
         ended = self.state in GATEWAY_ENDED
         self._go(GatewayInput.RESUME)
         self._stream_to(link, last + 1)
-        self._last_client_seq = resume.seq
+        self._events.last_client_seq = resume.seq
         out.append(Resumed(link, self.last_seq - last, resume))
         if ended:  # the client gets the rest, session.end included, then 1000
-            return out + self._close_after_stream(link, Close(CloseCode.NORMAL, "session ended"))
-        return out + self._pump(link)
+            return out + self._stream.close_after(link, Close(CloseCode.NORMAL, "session ended"))
+        return out + self._stream.pump(link)
 
-    def _first_on_resumed_link(
-        self, link: int, data: bytes | str, now: float
-    ) -> list[GatewayOutput]:
-        """A connection to a started session speaks a valid session.resume first, or the resume
-        is refused and the session ends (decision first-event-on-a-resumed-link): an answer
-        kept in the session's stream would let a client resuming after it skip what it missed.
-        """
-        try:
-            message = decode(data, sender="client")
-        except ProtocolError as exc:
-            if exc.message_type == SessionResume.type:
-                detail = f"malformed session.resume: {describe(exc)}"
-                return self._refuse_resume(link, None, detail, now)
-            detail = f"expected session.resume: {describe(exc)}"
-            return self._refuse_resume(link, None, detail, now, exc.code)
-        invalid = ErrorCode.OVP_EVENT_SCHEMA_INVALID
-        if not isinstance(message, SessionResume):
-            detail = f"expected session.resume, got {message.type}"
-            return self._refuse_resume(link, None, detail, now, invalid)
-        if message.session_id != self.session_id:
-            detail = f"session.resume names another session ({message.session_id!r})"
-            return self._refuse_resume(link, None, detail, now, invalid)
-        if self._last_client_seq is not None and message.seq <= self._last_client_seq:
-            detail = f"session.resume seq {message.seq} is not greater than {self._last_client_seq}"
-            return self._refuse_resume(link, None, detail, now, ErrorCode.OVP_SEQ_REGRESSION)
-        return self._resume(link, message, now)
-
-    def _refuse_resume(
-        self,
-        link: int,
-        last: int | None,
-        detail: str,
-        now: float,
-        code: ErrorCode = ErrorCode.OVP_RESUME_EXPIRED,
-    ) -> list[GatewayOutput]:
+    def _refuse_resume(self, link: int, refused: Refusal, now: float) -> list[GatewayOutput]:
         """An error (not kept for replay), close 1008, and the session is over."""
-        seq = max(self.last_seq, -1 if last is None else last) + 1
+        seq = max(self.last_seq, -1 if refused.last is None else refused.last) + 1
+        detail = f"resume refused: {refused.detail}"
         error = ErrorEvent(
             seq=min(seq, MAX_SEQ),
             ts=self._stamper.ts(now),
             session_id=self.session_id,
-            code=code,
-            message=f"resume refused: {detail}",
+            code=refused.code,
+            message=detail,
             recoverable=False,
         )
-        self._links[link].cut = True
+        self._stream.links[link].cut = True
         data = encode(error)
-        out: list[GatewayOutput] = [
-            Sent(error, len(data)),
-            ToLink(link, SendText(data)),
-            ToLink(link, Close(CloseCode.POLICY, "resume refused")),
-        ]
+        out: list[GatewayOutput] = [Sent(error, len(data))]
+        out += [ToLink(link, action) for action in refusal(data, "resume refused")]
         if self.state is not GatewayState.OVER:
-            for other in list(self._links):
-                out += self._cut(other, Close(CloseCode.POLICY, "session expired"))
-            out += self._finish(code, f"resume refused: {detail}")
+            out += self._stream.cut_all(Close(CloseCode.POLICY, "session expired"))
+            out += self._finish(refused.code, detail)
         return out
 
     def _expire(self, now: float) -> list[GatewayOutput]:
         """The resume window passed: refuse the links still waiting; the session is over."""
-        waiting = [link for link, state in self._links.items() if not state.streaming]
+        waiting = self._stream.waiting()
         detail = f"no resume within {RESUME_WINDOW:g} s of the drop"
         out: list[GatewayOutput] = []
         for link in waiting:
-            out += self._refuse_resume(link, None, detail, now)
+            out += self._refuse_resume(link, Refusal(detail), now)
         if self.state is not GatewayState.OVER:
             out += self._finish(
                 ErrorCode.OVP_RESUME_EXPIRED, f"expired: {detail}", GatewayInput.WINDOW_PASSED
@@ -888,53 +567,14 @@ class GatewayCore:
     ) -> list[GatewayOutput]:
         """No more session: the replay goes; a session that had not ended fails."""
         self._go(why)
-        self._replay.clear()
+        self._stream.replay.clear()
         self.dropped_at = None
         if self.over is not None:  # ended before: the application learnt it then
             return []
         self.over = SessionOver(None, code, detail)
         return [self.over]
 
-    # --- the session's bookkeeping
-
-    def _out_of_place(self, message: ClientMessage) -> str | None:
-        """Why a valid client event does not fit the session's state, or ``None``."""
-        if self.state is GatewayState.NEW:
-            return f"{message.type} before session.start"
-        if isinstance(message, SessionResume):
-            return "session.resume on a connection that already resumed"
-        if isinstance(message, SupervisorRelease) and self._takeover is not True:
-            return "supervisor.release with no resumable supervisor.takeover in force"
-        if isinstance(message, AgentHandoffAccepted) and self._handoff != "requested":
-            return "agent.handoff_accepted with no pending agent.handoff_requested"
-        if (
-            isinstance(message, AgentHandoffCompleted | AgentHandoffFailed)
-            and self._handoff is None
-        ):
-            return f"{message.type} with no handoff requested or accepted"
-        return None
-
-    def _track_client(self, message: ClientMessage) -> None:
-        if isinstance(message, SupervisorTakeover):
-            self._takeover = message.resumable
-        elif isinstance(message, SupervisorRelease):
-            self._takeover = None
-        elif isinstance(message, AgentHandoffAccepted):
-            self._handoff = "accepted"
-        elif isinstance(message, AgentHandoffCompleted | AgentHandoffFailed):
-            self._handoff = None
-
-    def _track_server(self, message: Message) -> None:
-        if isinstance(message, AgentHandoffRequested):
-            self._handoff = "requested"
-        elif isinstance(message, AgentHandoffCompleted):
-            self._handoff = None
-        elif isinstance(message, AgentToolInvoke):
-            self._counts["tool_calls"] += 1
-        elif isinstance(message, AgentBargeIn):
-            self._counts["barge_ins"] += 1
-        elif isinstance(message, AgentOutput) and message.final:
-            self._counts["turns"] += 1
+    # --- session.update
 
     def _apply(self, patch: SessionPatch) -> None:
         """Apply a patch atomically: every field it sets, from the next turn."""
@@ -949,19 +589,3 @@ class GatewayCore:
             self.caller_context = context
         if changes:
             self.agent = msgspec.structs.replace(self.agent, **changes)
-
-
-def refuse_token(session_id: str, detail: str, *, epoch: float, now: float) -> list[Action]:
-    """What a connection with a bad token gets: ``error`` OVP_AUTH_FAILED (seq 0), close 1008.
-
-    The handshake has completed; no session.start and no session.end are sent.
-    """
-    error = ErrorEvent(
-        seq=0,
-        ts=timestamp(epoch + now),
-        session_id=session_id,
-        code=ErrorCode.OVP_AUTH_FAILED,
-        message=detail,
-        recoverable=False,
-    )
-    return [SendText(encode(error)), Close(CloseCode.POLICY, "authentication failed")]

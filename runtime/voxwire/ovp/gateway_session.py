@@ -30,6 +30,7 @@ from voxwire.observe.metrics import Metrics
 from voxwire.observe.snapshot import Snapshot
 from voxwire.observe.stats import SessionStats
 from voxwire.ovp import (
+    STREAM_WINDOW_EVENTS,
     AgentConfig,
     AudioFrame,
     CallInfo,
@@ -44,7 +45,7 @@ from voxwire.ovp import (
     SessionPatch,
     SessionStart,
 )
-from voxwire.ovp._session import STREAM_WINDOW, AudioIn, Sent, SessionOver, SessionStateError
+from voxwire.ovp._session import AudioIn, Sent, SessionOver, SessionStateError
 from voxwire.ovp._transport import count_read, open_link, perform
 from voxwire.ovp.gateway_core import (
     ClientEvent,
@@ -153,7 +154,7 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives):
             claims.session_id,
             epoch=time.time() - self._clock.now(),
             accept_patch=host.accept_patch,
-            window=STREAM_WINDOW,
+            window=STREAM_WINDOW_EVENTS,
             measure=QualityMeter(self._stats, "client", self._rtt),
         )
         if host.metrics is not None:
