@@ -11,7 +11,6 @@ exhaustive ``match`` (``GatewaySession.send_audio``, ``EngineLink.send_event``).
 from __future__ import annotations
 
 import ast
-import re
 from typing import Any, get_args
 
 import pytest
@@ -44,18 +43,6 @@ OUTPUTS = frozenset(
     for cls in get_args(union)
 )
 """The class names of every core's outputs."""
-
-KNOWN = {
-    "conformance/sessions.py": 720,
-}
-"""What is over the bounds today, each held to its measure until it is split: the codec (its
-decode and encode paths side by side, and the walk that names what JSON cannot carry), two
-cores, whose transition tables are moving to the spec (the generated machines), and the session
-players of the conformance runner, grown with the session cases."""
-
-_FOUND = re.compile(
-    r"^(?P<module>[^:]+)(?::\d+: (?P<function>\w+) has complexity |: )(?P<measure>\d+)"
-)
 
 
 def _names(node: ast.expr) -> set[str]:
@@ -171,31 +158,12 @@ match out:
 
 
 def test_every_runtime_module_and_function_stays_within_the_shared_bounds() -> None:
-    found: dict[str, int] = {}
-    for line in oversized(RUNTIME.rglob("*.py"), RUNTIME):
-        match = _FOUND.match(line)
-        assert match is not None, line
-        key = " ".join(part for part in (match["module"], match["function"]) if part)
-        found[key] = int(match["measure"])
-    grown = {key: measure for key, measure in found.items() if measure > KNOWN.get(key, 0)}
-    assert grown == {}, (
+    paths = list(RUNTIME.rglob("*.py"))
+    assert len(paths) > 80  # the runtime was found
+    assert oversized(paths, RUNTIME) == [], (
         f"split these along their seams (modules of at most {MAX_LINES} lines, "
-        f"functions of complexity at most {MAX_COMPLEXITY}): {grown}"
+        f"functions of complexity at most {MAX_COMPLEXITY})"
     )
-    # What came back within the bounds leaves the list, so it cannot grow again.
-    assert sorted(set(KNOWN) - set(found)) == []
-
-
-def test_the_bounds_guard_reads_both_kinds_of_finding() -> None:
-    module = _FOUND.match(f"ovp/client.py: {MAX_LINES + 1} lines, at most {MAX_LINES}")
-    function = _FOUND.match("brisvox/engine.py:473: _apply has complexity 27, at most 25")
-    assert module is not None and (module["module"], module["function"]) == ("ovp/client.py", None)
-    assert int(module["measure"]) == MAX_LINES + 1
-    assert function is not None and (function["module"], function["function"]) == (
-        "brisvox/engine.py",
-        "_apply",
-    )
-    assert int(function["measure"]) == 27
 
 
 @pytest.mark.parametrize(
