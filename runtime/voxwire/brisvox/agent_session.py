@@ -56,7 +56,7 @@ from voxwire.observe.metrics import Metrics
 from voxwire.observe.snapshot import Snapshot
 from voxwire.observe.stats import SessionStats, wire_size
 from voxwire.sansio import Close, Ignored, LinkDown, SendText
-from voxwire.session import DeadlineTimer, Handler, Handlers, Inbox
+from voxwire.session import DeadlineTimer, Handler, Handlers, Inbox, SessionCounts
 
 __all__ = [
     "AgentLink",
@@ -190,7 +190,7 @@ class CallHost:
     """The server's metrics: the call's statistics are read there while it lives."""
 
 
-class AgentSession(AgentSends[Coroutine[Any, Any, CommandResult]], AgentReceives):
+class AgentSession(AgentSends[Coroutine[Any, Any, CommandResult]], AgentReceives, SessionCounts):
     """One call seen from the agent: its ``session.start``, its events, its commands.
 
     Commands go out through the typed sends (``await session.send_say(text="Hello.")``, one per
@@ -240,7 +240,7 @@ class AgentSession(AgentSends[Coroutine[Any, Any, CommandResult]], AgentReceives
             host.metrics.opened(
                 self,
                 self._stats,
-                lambda: self._handlers.errors,
+                lambda: self.handler_errors,
                 session_id=start.session_id,
                 clock=host.clock,
             )
@@ -277,16 +277,6 @@ class AgentSession(AgentSends[Coroutine[Any, Any, CommandResult]], AgentReceives
         """The call's statistics so far, across its links (docs/observability.md): what the
         agent sent as it queued it, what it read once its core accepted it."""
         return self._stats.snapshot()
-
-    @property
-    def events_lost(self) -> int:
-        """Events this side dropped because the application fell behind."""
-        return self._inbox.lost
-
-    @property
-    def handler_errors(self) -> int:
-        """How many times a handler registered with ``on()`` raised."""
-        return self._handlers.errors
 
     # -- events ---------------------------------------------------------------------------------
 

@@ -89,7 +89,7 @@ from voxwire.link import Link
 from voxwire.observe.snapshot import Snapshot
 from voxwire.observe.stats import SessionStats, wire_size
 from voxwire.sansio import Close, Ignored, SendText
-from voxwire.session import DeadlineTimer, Handler, Handlers, Inbox
+from voxwire.session import DeadlineTimer, Handler, HandlerCount, Handlers, Inbox
 
 __all__ = [
     "AgentLinkConfig",
@@ -127,7 +127,7 @@ class PendingTool:
         return self.future.__await__()
 
 
-class EngineLink(EngineSends[None], EngineReceives):
+class EngineLink(EngineSends[None], EngineReceives, HandlerCount):
     """One call's link to its agent: connects, handshakes, keeps alive and reconnects.
 
     Events go out through the typed sends (``link.send_user_text(epoch=1, text="hours?")``, one
@@ -242,11 +242,6 @@ class EngineLink(EngineSends[None], EngineReceives):
         fell behind) or sent while no link was up; each reported to it in ``events.lost``."""
         queued = self._link.outbound.lost_total if self._link is not None else 0
         return self._done.lost + queued + self.core.outage_lost_total
-
-    @property
-    def handler_errors(self) -> int:
-        """How many times a handler registered with ``on()`` raised (a refusal aside)."""
-        return self._handlers.errors
 
     @property
     def pending(self) -> bool:

@@ -76,7 +76,7 @@ from voxwire.ovp.client_core import (
 from voxwire.ovp.roles import ClientReceives, ClientSends
 from voxwire.redaction import install_redaction
 from voxwire.sansio import Close, Ignored, SendBinary, SendText
-from voxwire.session import Handler, Handlers, Inbox
+from voxwire.session import Handler, Handlers, Inbox, SessionCounts
 
 __all__ = [
     "VERIFIED_WEBSOCKETS",
@@ -117,7 +117,7 @@ class SessionFailed(VoxwireError):
         self.detail = detail
 
 
-class OVPClient(ClientSends[Coroutine[Any, Any, ClientMessage]], ClientReceives):
+class OVPClient(ClientSends[Coroutine[Any, Any, ClientMessage]], ClientReceives, SessionCounts):
     """An OVP client for one session.
 
     It sends with one typed method per client event (``await client.send_agent_input(...)``,
@@ -188,7 +188,7 @@ class OVPClient(ClientSends[Coroutine[Any, Any, ClientMessage]], ClientReceives)
         self._write_timeout = write_timeout
         self._keepalive = keepalive
         self._core = ClientCore(session_id, epoch=time.time() - clock.now())
-        self._events: Inbox[ServerMessage] = Inbox(max_events, at_end=self._end_error)
+        self._inbox: Inbox[ServerMessage] = Inbox(max_events, at_end=self._end_error)
         self._audio: Inbox[AudioFrame] = Inbox(max_audio)
         self._pcm: asyncio.Queue[tuple[bytes, int]] = asyncio.Queue(audio_buffer)
         self._handlers = Handlers(session_id, log)
@@ -241,16 +241,6 @@ class OVPClient(ClientSends[Coroutine[Any, Any, ClientMessage]], ClientReceives)
     def last_server_seq(self) -> int | None:
         """The seq of the last server event processed."""
         return self._core.last_server_seq
-
-    @property
-    def events_lost(self) -> int:
-        """Server events dropped because the application did not keep up."""
-        return self._events.lost
-
-    @property
-    def handler_errors(self) -> int:
-        """Times a handler registered with ``on()`` raised."""
-        return self._handlers.errors
 
     @property
     def audio_lost(self) -> int:
@@ -313,7 +303,7 @@ class OVPClient(ClientSends[Coroutine[Any, Any, ClientMessage]], ClientReceives)
     def __aiter__(self) -> Inbox[ServerMessage]:
         """The server events no handler took, in order; ends after session.end, raising
         :class:`SessionFailed` at the end of a session that failed."""
-        return self._events
+        return self._inbox
 
     async def run(self) -> SessionEnd | None:
         """Consume every event until the session is over (the handlers run as they arrive).
@@ -321,7 +311,7 @@ class OVPClient(ClientSends[Coroutine[Any, Any, ClientMessage]], ClientReceives)
         Returns ``session.end`` (``None`` if the client closed first); raises
         :class:`SessionFailed` for a session that failed.
         """
-        async for _ in self._events:
+        async for _ in self._inbox:
             pass
         return self.session_end
 
@@ -472,7 +462,7 @@ class OVPClient(ClientSends[Coroutine[Any, Any, ClientMessage]], ClientReceives)
                     self._recorder.link("open")
                 self._attach(ws)
         finally:
-            self._events.close()
+            self._inbox.close()
             self._audio.close()
             self._notify()
 
@@ -533,7 +523,7 @@ class OVPClient(ClientSends[Coroutine[Any, Any, ClientMessage]], ClientReceives)
                         kind not in handlers.types
                         or not handlers.dispatch(kind, message)
                         or type(message) is SessionEnd
-                    ) and not self._events.put(message):
+                    ) and not self._inbox.put(message):
                         log.warning(
                             "session %s: %s lost: the application is not keeping up",
                             self.session_id,

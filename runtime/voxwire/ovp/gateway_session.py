@@ -60,7 +60,7 @@ from voxwire.ovp.gateway_periodic import QualityMeter
 from voxwire.ovp.gateway_tokens import TokenClaims
 from voxwire.ovp.roles import GatewayReceives, GatewaySends
 from voxwire.sansio import Ignored, SendBinary
-from voxwire.session import DeadlineTimer, Handler, Handlers, Inbox
+from voxwire.session import DeadlineTimer, Handler, Handlers, Inbox, SessionCounts
 
 __all__ = ["GatewayConnection", "GatewayHost", "GatewaySession"]
 
@@ -129,7 +129,7 @@ class GatewayConnection(ServerConnection):
         self.queued -= 1
 
 
-class GatewaySession(GatewaySends[ServerMessage], GatewayReceives):
+class GatewaySession(GatewaySends[ServerMessage], GatewayReceives, SessionCounts):
     """One session as the gateway's application sees it, across the client's reconnects.
 
     Iterate it for the client's events (:class:`~voxwire.ovp.ClientMessage`) and audio
@@ -161,7 +161,7 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives):
             host.metrics.opened(
                 self,
                 self._stats,
-                lambda: self._handlers.errors,
+                lambda: self.handler_errors,
                 session_id=self.session_id,
                 clock=self._clock,
             )
@@ -280,16 +280,6 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives):
         (docs/observability.md): what it sent as it sent it (a replay is not sent again), what
         it read once its core accepted it."""
         return self._stats.snapshot()
-
-    @property
-    def events_lost(self) -> int:
-        """Client events and frames dropped because the application did not keep up."""
-        return self._inbox.lost
-
-    @property
-    def handler_errors(self) -> int:
-        """Times a handler registered with ``on()`` raised."""
-        return self._handlers.errors
 
     def __aiter__(self) -> Inbox[ClientMessage | AudioFrame]:
         return self._inbox

@@ -22,10 +22,12 @@ its core and its application; the layer never touches a socket.
   returned, the failure one raised as ``CommandFailed``, else ``unavailable``.
 
 The inbox (:class:`Inbox`) is bounded and never makes the reader wait: what finds it full is
-dropped and counted (``events_lost``). The timer (:class:`DeadlineTimer`) is one loop timer at the
+dropped and counted (``events_lost``). Every role shows the two counts one way
+(:class:`SessionCounts`). The timer (:class:`DeadlineTimer`) is one loop timer at the
 core's next deadline, on the injectable clock.
 """
 
+from voxwire.session.counts import HandlerCount, SessionCounts
 from voxwire.session.handlers import Handler, HandlerFailure, Handlers, watch_handler_failures
 from voxwire.session.inbox import Inbox
 from voxwire.session.timer import DeadlineTimer
@@ -33,8 +35,10 @@ from voxwire.session.timer import DeadlineTimer
 __all__ = [
     "DeadlineTimer",
     "Handler",
+    "HandlerCount",
     "HandlerFailure",
     "Handlers",
     "Inbox",
+    "SessionCounts",
     "watch_handler_failures",
 ]
