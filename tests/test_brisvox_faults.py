@@ -10,7 +10,6 @@ from typing import Any
 
 from websockets.asyncio.server import ServerConnection, serve
 
-from tests.faultproxy import FaultProxy
 from tests.peers.raw import DEADLINE, TEST_DEADLINE, aio
 from tests.timing import Lateness, waited
 from voxwire import brisvox
@@ -29,6 +28,7 @@ from voxwire.brisvox.outputs import HandshakeFailed
 from voxwire.brisvox.testing import AgentCall
 from voxwire.clock import ScaledClock
 from voxwire.hosts import check_url
+from voxwire.testing._faultproxy import FaultProxy
 
 
 class Seen:

@@ -8,7 +8,6 @@ import io
 import json
 from pathlib import Path
 
-from tests.faultproxy import FaultProxy
 from tests.peers.raw import DEADLINE, aio
 from tests.test_brisvox_faults import Seen, _resumed, _until
 from tests.test_ovp_resume import talking
@@ -19,6 +18,7 @@ from voxwire.brisvox.engine_core import LinkSettings
 from voxwire.brisvox.testing import AgentCall
 from voxwire.clock import ScaledClock
 from voxwire.ovp.client import OVPClient
+from voxwire.testing._faultproxy import FaultProxy
 from voxwire.validate import Tally, Violation, check_capture
 
 

@@ -13,7 +13,6 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed, ConnectionClosedError
 
-from tests.faultproxy import FaultProxy
 from tests.peers.raw import aio
 from tests.servers import free_port
 from tests.timing import STEP, Lateness
@@ -21,6 +20,7 @@ from voxwire.clock import SYSTEM_CLOCK, Clock, ScaledClock
 from voxwire.cluster import Owner
 from voxwire.cluster.relay import RelayFailed, RelayResult, relay
 from voxwire.link import Keepalive
+from voxwire.testing._faultproxy import FaultProxy
 
 SUBPROTOCOL = "voxwire.orbit-voice.1.0"
 

@@ -16,11 +16,11 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
-from tests.faultproxy import FaultProxy
 from tests.timing import Lateness
 from voxwire.clock import SYSTEM_CLOCK, SystemClock
 from voxwire.link import DownCause, Keepalive, Link, LinkDown, Outbound, Overflow, Put
 from voxwire.sansio import SendBinary, SendText
+from voxwire.testing._faultproxy import FaultProxy
 
 TIMEOUT = 20.0
 

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.faultproxy import FaultProxy
 from tests.peers.cluster_gateway import EVENTS
 from tests.servers import PeerProcess, RedisServer, free_port, start_haproxy
 from tests.test_ovp_support import eventually, ovp_client, token
 from tests.timing import Lateness, waited
 from voxwire import ovp
 from voxwire.ovp.client import OVPClient, SessionFailed
+from voxwire.testing._faultproxy import FaultProxy
 
 pytest.importorskip("redis", reason="the redis extra is not installed")
 

@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from tests.faultproxy import FaultProxy
 from tests.test_ovp_support import AGENT, CALL, PCM, SESSION, eventually, ovp_client, run, serving
 from tests.timing import Lateness
 from voxwire import ovp
@@ -23,6 +22,7 @@ from voxwire.clock import ScaledClock
 from voxwire.link import Link
 from voxwire.ovp.client import OVPClient, SessionFailed
 from voxwire.ovp.gateway import Gateway, GatewaySession
+from voxwire.testing._faultproxy import FaultProxy
 
 KEEPALIVE = 4.0  # clock seconds: 0.2 s of real time at 20x, so a blackhole is noticed quickly
 

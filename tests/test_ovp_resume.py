@@ -10,7 +10,6 @@ import pytest
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
-from tests.faultproxy import FaultProxy
 from tests.test_ovp_support import (
     AGENT,
     CALL,
@@ -30,6 +29,7 @@ from voxwire.clock import Clock, ScaledClock
 from voxwire.ovp.client import OVPClient, SessionFailed
 from voxwire.ovp.gateway import Gateway, GatewaySession
 from voxwire.ovp.gateway_core import GatewayState
+from voxwire.testing._faultproxy import FaultProxy
 
 
 def thinking(session: GatewaySession, n: int) -> None:

@@ -7,7 +7,6 @@ import asyncio
 
 import pytest
 
-from tests.faultproxy import FaultProxy
 from tests.test_ovp_support import (
     AGENT,
     CALL,
@@ -21,6 +20,7 @@ from tests.test_ovp_support import (
 from voxwire import ovp
 from voxwire.clock import ScaledClock
 from voxwire.ovp.gateway import GatewaySession
+from voxwire.testing._faultproxy import FaultProxy
 
 
 async def started(session: GatewaySession) -> None:

@@ -12,11 +12,11 @@ from typing import Any
 
 from tests.browser import chromium_page, serve_folder
 from tests.conftest import ROOT
-from tests.faultproxy import FaultProxy
 from tests.node import consumer, node
 from tests.test_ovp_support import AGENT, CALL, SESSION, run, serving, token
 from voxwire import ovp
 from voxwire.ovp.gateway import GatewaySession
+from voxwire.testing._faultproxy import FaultProxy
 
 FRAMES = 25
 """Frames the scenario streams (tests/typescript/scenario.ts): the drop follows the last one."""

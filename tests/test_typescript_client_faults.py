@@ -35,12 +35,12 @@ from websockets.typing import Subprotocol
 
 from tests.browser import chromium_page, serve_folder
 from tests.conftest import ROOT
-from tests.faultproxy import FaultProxy
 from tests.node import consumer, node
 from tests.test_ovp_support import AGENT, CALL, NO_STATS, SESSION, run, serving, token
 from voxwire import ovp
 from voxwire.errors import SessionStateError
 from voxwire.ovp.gateway import GatewaySession
+from voxwire.testing._faultproxy import FaultProxy
 
 TESTS = ROOT / "tests" / "typescript"
 RUNTIMES = ("node", "chromium")

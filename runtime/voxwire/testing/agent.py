@@ -40,7 +40,7 @@ from voxwire.brisvox.agent import (
 )
 from voxwire.capture import Recorder
 from voxwire.clock import SYSTEM_CLOCK, Clock
-from voxwire.testing._relay import Relay
+from voxwire.testing._faultproxy import FaultProxy
 from voxwire.testing.watch import ExpectationFailed, Watch, Watching
 
 __all__ = ["FakeAgent", "answering"]
@@ -123,7 +123,7 @@ class FakeAgent(Watching):
         """Every ``session.start`` the engine sent for a new call, taken or rejected."""
         self._handed = 0
         self._server: AgentServer | None = None
-        self._relay: Relay | None = None
+        self._relay: FaultProxy | None = None
 
     def __repr__(self) -> str:
         return f"FakeAgent({self.url if self._relay else 'not started'})"
@@ -173,7 +173,7 @@ class FakeAgent(Watching):
         """Reset the engine's link, both ways, as a network failure does, and wait until the
         agent noticed (the call is parked with ``resume``, else over)."""
         session = self._live()
-        if self._started().cut() == 0:
+        if self._started().reset() == 0:
             raise ExpectationFailed("the fake agent has no link to drop")
         await self.watch.until(
             lambda: session.closed, "the agent did not see the drop", timeout=self._wait(timeout)
@@ -216,7 +216,7 @@ class FakeAgent(Watching):
             record=self.watch,
         )
         await self._server.start()
-        self._relay = Relay("127.0.0.1", self._server.port)
+        self._relay = FaultProxy(self._server.port)
         await self._relay.start()
 
     async def close(self) -> None:
@@ -252,7 +252,7 @@ class FakeAgent(Watching):
             raise ExpectationFailed("the fake agent has taken no call yet")
         return session
 
-    def _started(self) -> Relay:
+    def _started(self) -> FaultProxy:
         if self._relay is None:
             raise ExpectationFailed("the fake agent is not started: use `async with`")
         return self._relay

@@ -32,7 +32,7 @@ from voxwire.errors import HandshakeError
 from voxwire.hosts import check_url
 from voxwire.ovp.client import HandshakeError as UpgradeRefused
 from voxwire.ovp.client import OVPClient, SessionFailed, TokenSource
-from voxwire.testing._relay import Relay
+from voxwire.testing._faultproxy import FaultProxy
 from voxwire.testing.watch import ExpectationFailed, Watch, Watching
 
 __all__ = ["FakeOVPClient", "SessionRefused"]
@@ -97,7 +97,7 @@ class FakeOVPClient(Watching):
         self.failure: SessionFailed | None = None
         """How the session failed, once it did without ``session.end``."""
         self._client: OVPClient | None = None
-        self._relay = Relay(self.target.host, self.target.port)
+        self._relay = FaultProxy(self.target.port, host=self.target.host)
         self._readers: list[asyncio.Task[None]] = []
 
     def __repr__(self) -> str:
@@ -138,7 +138,7 @@ class FakeOVPClient(Watching):
         """Reset the link, both ways, as a network failure does, and wait until the client
         noticed (it reconnects and resumes by itself: :meth:`resumed`)."""
         since = len(self.watch.log)
-        if self._relay.cut() == 0:
+        if self._relay.reset() == 0:
             raise ExpectationFailed("the fake client has no link to drop")
 
         def noticed() -> bool:

@@ -36,7 +36,7 @@ from voxwire import ovp
 from voxwire.capture import Recorder
 from voxwire.clock import SYSTEM_CLOCK, Clock
 from voxwire.ovp.gateway import Gateway, GatewaySession, mint_token
-from voxwire.testing._relay import Relay
+from voxwire.testing._faultproxy import FaultProxy
 from voxwire.testing.watch import ExpectationFailed, Watch, Watching
 
 __all__ = ["DEFAULT_AGENT", "DEFAULT_CALL", "FakeGateway"]
@@ -123,7 +123,7 @@ class FakeGateway(Watching):
         self._resumes = 0  # taken session.resume messages resumed() returned
         self._served: set[str] = set()
         self._gateway: Gateway | None = None
-        self._relay: Relay | None = None
+        self._relay: FaultProxy | None = None
 
     def __repr__(self) -> str:
         return f"FakeGateway({self.url if self._relay else 'not started'})"
@@ -178,7 +178,7 @@ class FakeGateway(Watching):
         """Reset the client's link, both ways, as a network failure does, and wait until the
         gateway noticed: what the session sends from now on waits for the client's resume."""
         relay, since = self._started(), len(self.watch.log)
-        if relay.cut() == 0:
+        if relay.reset() == 0:
             raise ExpectationFailed("the fake gateway has no link to drop: the client is away")
 
         def noticed() -> bool:
@@ -222,21 +222,21 @@ class FakeGateway(Watching):
         """Restart the gateway: every link is reset and every session forgotten, so the
         client's resume is refused (``OVP_RESUME_EXPIRED``) at the same URL."""
         relay = self._started()
-        relay.refusing = True  # nobody reaches the old gateway while it stops
-        relay.cut()
+        relay.refuse = True  # nobody reaches the old gateway while it stops
+        relay.reset()
         if self._gateway is not None:
             await self._gateway.close()
         self.watch.forget()
         self._gateway = await self._listen()
         relay.target_port = self._gateway.port
-        relay.refusing = False
+        relay.refuse = False
 
     # -- life -----------------------------------------------------------------------------------
 
     async def start(self) -> None:
         """Listen on loopback (:attr:`url`)."""
         self._gateway = await self._listen()
-        self._relay = Relay("127.0.0.1", self._gateway.port)
+        self._relay = FaultProxy(self._gateway.port)
         await self._relay.start()
 
     async def close(self) -> None:
@@ -278,7 +278,7 @@ class FakeGateway(Watching):
         async for _ in session:  # the handlers of session.on() run here
             pass
 
-    def _started(self) -> Relay:
+    def _started(self) -> FaultProxy:
         if self._relay is None:
             raise ExpectationFailed("the fake gateway is not started: use `async with`")
         return self._relay

@@ -1,9 +1,13 @@
-"""A fault-injecting TCP proxy for the fault tests of both protocols, on loopback only.
+"""A loopback TCP proxy that breaks a link as a network does: the fakes' relay, and the fault
+tests' proxy.
 
-Between a client and a server it forwards bytes both ways and, on demand, delays them, swallows
-them (blackhole), stops reading them so that TCP backpressure reaches the sender (stall),
-resets every connection (RST), cuts the next server chunk short and resets (truncate), or resets
-new connections at once (refuse).
+Between a client and a server it forwards bytes both ways and, on demand, resets every
+connection it carries, both ways, so both ends see a dropped link with no close handshake
+(:meth:`FaultProxy.reset`); resets new connections at once while ``refuse`` is set; delays what
+it forwards (``delay``); swallows it (:meth:`FaultProxy.blackhole`); stops reading, so that TCP
+backpressure reaches the sender (:meth:`FaultProxy.stall`); or cuts the next chunk from the
+server short and resets (:meth:`FaultProxy.truncate`). A fake puts one between the code under
+test and the real role it drives, and points it at a restarted role (``target_port``).
 
 ```text
 async with FaultProxy(server.port) as proxy:   # clients connect to proxy.url
@@ -18,42 +22,54 @@ import contextlib
 import socket
 import struct
 from dataclasses import dataclass, field
+from typing import Final
+
+from voxwire.clock import SYSTEM_CLOCK, Clock
 
 __all__ = ["FaultProxy"]
 
-_CHUNK = 65536
-_STALLED_BUFFER = 4096
-_LINGER_RESET = struct.pack("ii", 1, 0)  # close() then sends an RST
+_CHUNK: Final = 65536
+_STALLED_BUFFER: Final = 4096
+_RESET: Final = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends an RST
 
 
 @dataclass(eq=False)
 class _Pair:
-    client: asyncio.StreamWriter
-    server: asyncio.StreamWriter
+    """One connection carried: the end that connected to the proxy, and the proxy's upstream."""
+
+    near: asyncio.StreamWriter
+    far: asyncio.StreamWriter
     blackholed: bool = False
     flowing: asyncio.Event = field(default_factory=asyncio.Event)
-    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    pumps: list[asyncio.Task[None]] = field(default_factory=list)
 
     def reset(self) -> None:
-        for writer in (self.client, self.server):
+        for writer in (self.near, self.far):
             sock = writer.get_extra_info("socket")
-            if sock is not None:
-                # A socket a fault already closed has no descriptor left to set.
+            if sock is not None:  # a socket already closed has no descriptor to set
                 with contextlib.suppress(OSError):
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
             writer.transport.abort()
+        self.flowing.set()  # a stalled pump wakes to find its connection gone
 
 
 class FaultProxy:
-    """Forwards ``127.0.0.1:port`` to ``127.0.0.1:target_port`` with injected faults."""
+    """Forwards ``127.0.0.1:port`` (a free port) to ``host:target_port``, with faults; a
+    ``delay`` is waited on ``clock``."""
 
-    def __init__(self, target_port: int) -> None:
+    def __init__(
+        self, target_port: int, *, host: str = "127.0.0.1", clock: Clock = SYSTEM_CLOCK
+    ) -> None:
+        self.host = host
+        self.clock = clock
         self.target_port = target_port
+        """Where new connections go (a fake points it at a restarted role)."""
         self.port = 0
+        """The port the proxy listens on, once started."""
         self.delay = 0.0
         """Seconds each chunk waits before it is forwarded (order is kept)."""
         self.refuse = False
-        """Reset new connections at once."""
+        """Reset new connections at once (the target is unreachable) while set."""
         self.accepted = 0
         """Connections accepted so far."""
         self._truncate: int | None = None
@@ -62,7 +78,13 @@ class FaultProxy:
 
     @property
     def url(self) -> str:
+        """``ws://`` and the proxy's address."""
         return f"ws://127.0.0.1:{self.port}"
+
+    @property
+    def open_connections(self) -> int:
+        """Connections carried now."""
+        return len(self._pairs)
 
     async def __aenter__(self) -> FaultProxy:
         await self.start()
@@ -78,14 +100,19 @@ class FaultProxy:
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
+        pumps = [pump for pair in self._pairs for pump in pair.pumps]
         self.reset()
+        await asyncio.gather(*pumps, return_exceptions=True)
         if self._server is not None:
             await self._server.wait_closed()
+            self._server = None
 
-    def reset(self) -> None:
-        """Send an RST both ways on every open connection."""
-        for pair in list(self._pairs):
+    def reset(self) -> int:
+        """Send an RST both ways on every open connection; how many there were."""
+        pairs = list(self._pairs)
+        for pair in pairs:
             pair.reset()
+        return len(pairs)
 
     def blackhole(self) -> None:
         """Swallow everything the open connections carry from now on (new ones pass)."""
@@ -96,7 +123,7 @@ class FaultProxy:
         """Stop reading from the open connections (new ones pass): a peer that stops reading."""
         for pair in self._pairs:
             pair.flowing.clear()
-            for writer in (pair.client, pair.server):
+            for writer in (pair.near, pair.far):
                 sock = writer.get_extra_info("socket")
                 if sock is not None:  # the kernel stops taking more than a little
                     with contextlib.suppress(OSError):
@@ -106,29 +133,27 @@ class FaultProxy:
         """Forward only ``keep`` bytes of the next server chunk, then reset its connection."""
         self._truncate = keep
 
-    @property
-    def open_connections(self) -> int:
-        return len(self._pairs)
-
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.accepted += 1
         if self.refuse:
             _Pair(writer, writer).reset()
             return
         try:
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+            far_reader, far_writer = await asyncio.open_connection(self.host, self.target_port)
         except OSError:
             _Pair(writer, writer).reset()
             return
-        pair = _Pair(writer, up_writer)
+        pair = _Pair(writer, far_writer)
         pair.flowing.set()
         self._pairs.add(pair)
-        pair.tasks = [
-            asyncio.create_task(self._pump(pair, reader, up_writer, downstream=False)),
-            asyncio.create_task(self._pump(pair, up_reader, writer, downstream=True)),
+        pair.pumps = [
+            asyncio.ensure_future(self._pump(pair, reader, far_writer, downstream=False)),
+            asyncio.ensure_future(self._pump(pair, far_reader, writer, downstream=True)),
         ]
-        await asyncio.gather(*pair.tasks, return_exceptions=True)
-        self._pairs.discard(pair)
+        try:
+            await asyncio.gather(*pair.pumps, return_exceptions=True)
+        finally:
+            self._pairs.discard(pair)
 
     async def _pump(
         self,
@@ -143,7 +168,7 @@ class FaultProxy:
                 if pair.blackholed:
                     continue
                 if self.delay:
-                    await asyncio.sleep(self.delay)
+                    await self.clock.sleep(self.delay)
                 if downstream and self._truncate is not None:
                     keep, self._truncate = self._truncate, None
                     writer.write(chunk[:keep])
