@@ -356,10 +356,7 @@ def _stack_room(frames: int) -> Iterator[None]:
 def field_of_refused(data: bytes | str, name: str) -> Any:
     """The top-level field ``name`` of a message that failed decoding, as plain JSON, or None
     (not a JSON object, or no such field): what a refusal echoes, such as a command's id."""
-    try:
-        value = _ANY.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, UnicodeEncodeError):
-        return None  # a str with a lone surrogate is no UTF-8 text either
+    value = _plain(data)
     return value.get(name) if isinstance(value, dict) else None
 
 
@@ -367,15 +364,20 @@ def without_item(data: bytes | str, name: str, index: int) -> bytes | None:
     """The message with item ``index`` of its top-level array ``name`` left out, re-written
     (for a reader that drops one bad item and decodes the rest), or None when there is no
     such item."""
-    try:
-        value = _ANY.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, UnicodeEncodeError):
-        return None  # a str with a lone surrogate is no UTF-8 text either
+    value = _plain(data)
     items = value.get(name) if isinstance(value, dict) else None
     if not isinstance(items, list) or not 0 <= index < len(items):
         return None
     del items[index]
     return msgspec.json.encode(value)
+
+
+def _plain(data: bytes | str) -> Any:
+    """``data`` read as plain JSON, or None where it is no JSON text."""
+    try:
+        return _ANY.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, UnicodeEncodeError):
+        return None  # a str with a lone surrogate is no UTF-8 text either
 
 
 def shown(value: object) -> str:

@@ -139,10 +139,7 @@ def _judge_agent(out: list[AgentOutput]) -> Judged:
             verdict["close"] = int(closes[0].code)
         return Judged(verdict, refusals[0].code, detail(refusals[0]))
     if closes:
-        why = failed[0] if failed else closes[0].reason
-        return Judged(
-            {"verdict": "close", "close": int(closes[0].code)}, BROKEN_CODE["brisvox"], why
-        )
+        return _closed(closes, failed)
     if any(isinstance(o, (StartReceived, EventReceived, ToolCallStarted)) for o in out):
         return Judged({"verdict": "accepted"})
     return ignored(out)
@@ -305,10 +302,7 @@ def _judge_engine(out: list[EngineOutput]) -> Judged:
             detail(refusals[0]),
         )
     if closes:
-        why = failed[0] if failed else closes[0].reason
-        return Judged(
-            {"verdict": "close", "close": int(closes[0].code)}, BROKEN_CODE["brisvox"], why
-        )
+        return _closed(closes, failed)
     accepted = [o for o in out if isinstance(o, AgentAccepted)]
     if accepted or any(isinstance(o, CommandReceived) for o in out):
         problems = accepted[0].problems if accepted else ()
@@ -317,3 +311,10 @@ def _judge_engine(out: list[EngineOutput]) -> Judged:
             return Judged({"verdict": "accepted"}, code, text)
         return Judged({"verdict": "accepted"})
     return ignored(out)
+
+
+def _closed(closes: list[Close], failed: list[str]) -> Judged:
+    """The core closed the link for a rule broken: why its handshake failed, or the close's
+    reason."""
+    why = failed[0] if failed else closes[0].reason
+    return Judged({"verdict": "close", "close": int(closes[0].code)}, BROKEN_CODE["brisvox"], why)
