@@ -22,8 +22,8 @@ from tests.conftest import ROOT
 LISTED = Path(__file__).with_name("under_load.txt")
 CPUS = 2
 """How many CPUs the run is pinned to, each kept busy by a loop."""
-BUDGET = 120.0
-"""Real seconds the loaded run may take."""
+BUDGET = 240.0
+"""Real seconds the loaded run may take (the suite's other worker runs another module beside it)."""
 
 
 def listed() -> list[str]:
