@@ -7,7 +7,8 @@ phases run in this order, each reading what the earlier ones resolved:
 1. the protocol-wide items (:mod:`.items`): error codes, constants, enums;
 2. the types (:mod:`.fields`): type names, field sets, nested types and their fields;
 3. the messages (:mod:`.messages`): senders' envelopes, messages, class names, senders, unions;
-4. close codes, then each error code's facts (its carriers, close code, end reason);
+4. the constants that list message types, close codes, then each error code's facts (its
+   carriers, close code, end reason);
 5. the frames (:mod:`.frames`) and the transport;
 6. the checks across the whole spec (constants that the transport and the protocol repeat, the
    close codes acceptances move to, duplicate decision ids);
@@ -60,6 +61,7 @@ class _Resolver(ItemResolver, MessageResolver, FrameResolver):
         taken = self._class_names(messages, named)
         senders = self._senders(envelopes, messages)
         unions = self._unions(senders, messages, enums, taken)
+        self._check_message_type_constants(constants, messages)
         close_codes = self._close_codes()
         errors = tuple(
             self._error_facts(e, raw_error, ("errors", i), messages, close_codes)

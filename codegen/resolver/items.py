@@ -38,6 +38,29 @@ class ItemResolver(Ledger):
         self.constants = {c.name: c for c in constants}
         return constants
 
+    def _check_message_type_constants(
+        self, constants: tuple[Constant, ...], messages: tuple[Message, ...]
+    ) -> None:
+        """A constant of unit ``message_types`` lists message types of this spec, each once."""
+        types = {m.type for m in messages}
+        for i, c in enumerate(constants):
+            if c.unit != "message_types":
+                continue
+            path: PathT = ("constants", i, "value")
+            if not isinstance(c.value, list) or not c.value:
+                self.fail(path, f"{c.name}: a message_types constant lists message types")
+                continue
+            for j, value in enumerate(c.value):
+                if value not in types:
+                    self.fail((*path, j), f"{c.name}: unknown message type {value!r}")
+            self._unique(
+                [str(v) for v in c.value],
+                path,
+                "message type",
+                None,
+                [(*path, j) for j in range(len(c.value))],
+            )
+
     def _close_codes(self) -> tuple[CloseCode, ...]:
         close_codes = tuple(
             self._close_code(c, ("close_codes", i))

@@ -33,6 +33,7 @@ from codegen.render import ROOT
 from codegen.typescript import names as ts
 
 __all__ = [
+    "AUDIO_MODULE",
     "CLIENT_MODULE",
     "NODE_ENGINES",
     "PACKAGE_VERSION",
@@ -62,7 +63,9 @@ TYPES_NODE_VERSION = "20.19.43"
 NODE_ENGINES = ">=20.19"
 """The first Node 20 whose ``require()`` loads ES modules, so CommonJS consumers need no flag."""
 CLIENT_MODULE = "ovp/client"
-"""The one module beside the protocols' that is an entry point (``voxwire/ovp/client``)."""
+"""The OVP client's entry point (``voxwire/ovp/client``), beside the protocols'."""
+AUDIO_MODULE = "audio/index"
+"""The audio helpers' entry point (``voxwire/audio``): capture, playback, the resampler."""
 
 
 def package_files(
@@ -143,7 +146,7 @@ def _package_json(
     protocols: list[Protocol], version: str, project: dict[str, Any]
 ) -> dict[str, Any]:
     urls = project["urls"]
-    modules = [f"{p.id}/index" for p in protocols] + [CLIENT_MODULE]
+    modules = [f"{p.id}/index" for p in protocols] + [CLIENT_MODULE, AUDIO_MODULE]
     exports: dict[str, Any] = {".": {"types": "./dist/index.d.ts", "default": "./dist/index.js"}}
     for module in modules:
         exports[f"./{_subpath(module)}"] = {
@@ -153,7 +156,8 @@ def _package_json(
     return {
         "name": ts.PACKAGE,
         "version": version,
-        "description": "Typed messages, exact checks, the frame codec and an OVP client for the "
+        "description": "Typed messages, exact checks, the frame codec, an OVP client and its audio"
+        " helpers for the "
         + " and ".join(p.title for p in protocols)
         + ", generated from one spec.",
         "keywords": project["keywords"],

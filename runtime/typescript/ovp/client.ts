@@ -45,9 +45,11 @@ import {
 import { ErrorCode, type ProtocolError } from "./errors.js";
 import type { AudioFrame } from "./frames.js";
 import type { ClientMessage, ServerMessage, SessionStart } from "./messages.js";
+import { type Clock, SYSTEM_CLOCK } from "../runtime/clock.js";
 import { SessionStateError } from "../runtime/machine.js";
 
 export type { ClientState, SessionOutcome } from "./client_core.js";
+export { type Clock, SYSTEM_CLOCK } from "../runtime/clock.js";
 export { SessionStateError } from "../runtime/machine.js";
 
 /** The part of the WHATWG `WebSocket` the client uses (browsers' and `ws`'s both have it). */
@@ -67,19 +69,6 @@ export interface WebSocketLike {
 
 export type WebSocketConstructor = new (url: string, protocols: string[]) => WebSocketLike;
 
-/** The client's time: a monotonic clock in milliseconds and its timers (tests pass their own). */
-export interface Clock {
-  now(): number;
-  setTimeout(callback: () => void, ms: number): unknown;
-  clearTimeout(handle: unknown): void;
-}
-
-/** The system's clock: `performance.now()` and the global timers. */
-export const SYSTEM_CLOCK: Clock = {
-  now: () => performance.now(),
-  setTimeout: (callback, ms) => globalThis.setTimeout(callback, ms),
-  clearTimeout: (handle) => globalThis.clearTimeout(handle as ReturnType<typeof globalThis.setTimeout>),
-};
 
 /** A type the server sends, and the message of that type. */
 export type ServerType = ServerMessage["type"];
@@ -273,10 +262,12 @@ export class OvpClient {
   /**
    * Send 20 ms of caller audio (640 bytes of PCM16LE); `false` when the frame is dropped: the link
    * is down (audio is never replayed) or `bufferedAmount` is over `CLIENT_SEND_BUFFER_MAX_BYTES`
-   * (counted in `audioDropped`). frame_seq advances either way, so the gap shows.
+   * (counted in `audioDropped`). frame_seq advances either way, so the gap shows. The frame's
+   * `rtp_timestamp` is `rtpTimestamp` when given (the sender's media clock), else 320 past the
+   * last frame's.
    */
-  sendAudio(pcm: Uint8Array, flags = 0): boolean {
-    const out = this.core.sendAudio(pcm, flags);
+  sendAudio(pcm: Uint8Array, flags = 0, rtpTimestamp?: number): boolean {
+    const out = this.core.sendAudio(pcm, flags, rtpTimestamp ?? null);
     if (out.length === 0) {
       this.audioDropped++;
       return false;
