@@ -20,7 +20,7 @@ export function toPcm16Value(x: number): number {
   if (v >= MAX) return MAX;
   let r = Math.round(v); // ties toward +infinity: a tie rounded to an odd value goes back down
   if (r - v === 0.5 && (r & 1) !== 0) r -= 1;
-  return r;
+  return r === 0 ? 0 : r; // not -0 (Math.round(-0.25) is -0)
 }
 
 /** Float samples to PCM16LE bytes (into `out` when given: `2 * samples.length` bytes). */
