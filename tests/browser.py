@@ -53,14 +53,15 @@ def serve_folder(folder: Path) -> Iterator[str]:
 
 
 @contextlib.asynccontextmanager
-async def chromium_page() -> AsyncIterator[Any]:
-    """A page of a fresh headless Chromium (Playwright's async API); its console errors fail
-    nothing by themselves, they are kept in ``page.console_lines``."""
+async def chromium_page(*flags: str) -> AsyncIterator[Any]:
+    """A page of a fresh headless Chromium (Playwright's async API), launched with ``flags``
+    besides the usual ones; its console errors fail nothing by themselves, they are kept in
+    ``page.console_lines``."""
     executable = chromium()
     playwright_api = pytest.importorskip("playwright.async_api")
     async with playwright_api.async_playwright() as driver:
         browser = await driver.chromium.launch(
-            executable_path=executable, headless=True, args=list(FLAGS)
+            executable_path=executable, headless=True, args=[*FLAGS, *flags]
         )
         try:
             page = await browser.new_page()

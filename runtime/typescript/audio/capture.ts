@@ -58,6 +58,8 @@ export interface CaptureStats {
 export interface Capture {
   readonly context: AudioContext;
   readonly stream: MediaStream;
+  /** The stream's node in `context`: connect an `AnalyserNode` to it for a level meter. */
+  readonly source: MediaStreamAudioSourceNode;
   readonly stats: CaptureStats;
   /** Stop: nothing more is sent; what `startCapture` opened (microphone, context) is closed. */
   stop(): Promise<void>;
@@ -99,7 +101,7 @@ class Running implements Capture {
   private readonly resampler: Resampler;
   private readonly framer = new Framer();
   private readonly pacer = new Pacer<Queued>();
-  private readonly source: MediaStreamAudioSourceNode;
+  readonly source: MediaStreamAudioSourceNode;
   private readonly node: AudioWorkletNode;
   private readonly rtpStart: number;
   private timer: unknown = null;

@@ -124,7 +124,6 @@ class Player implements Playback {
   }
 
   private async close(): Promise<void> {
-    this.buffer.flush();
     const node = this.node;
     if (node !== null) {
       node.port.onmessage = null;
