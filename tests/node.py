@@ -2,8 +2,9 @@
 
 Everything the TypeScript side needs comes from npm, installed by the tests themselves into the
 gitignored ``.cache/node-tools`` (pinned versions, once per machine, under a file lock so parallel
-test processes do not race): the compiler, Node's types, ``ws``, Ajv and the package linters
-``attw`` and ``publint``. ``packed()`` builds the package as a user would get it: assembled from
+test processes do not race): the compiler, Node's types, ``ws``, Ajv, the package linters
+``attw`` and ``publint``, and ``esbuild``, which measures what an import costs a bundle.
+``packed()`` builds the package as a user would get it: assembled from
 ``generated/typescript`` and ``runtime/typescript`` (``python -m codegen npm-package``), then
 ``npm pack``, which compiles it; ``consumer()`` installs that tarball into a fresh project, with a ``tsconfig.json`` in strict mode (``strict``,
 ``exactOptionalPropertyTypes``, ``noUncheckedIndexedAccess``).
@@ -48,6 +49,7 @@ TOOL_VERSIONS = {
     "ajv": "8.20.0",
     "@arethetypeswrong/cli": "0.18.5",
     "publint": "0.3.25",
+    "esbuild": "0.28.2",
 }
 """What the tests install from npm, pinned (the compiler's version is the package's own pin)."""
 STRICT = {

@@ -174,11 +174,12 @@ def check_sent(
     sends = np.array(result["sends"][:TOTAL])
     # Never a burst; performance.now() is coarsened to 0.1 ms, with jitter.
     assert float(np.diff(sends).min()) >= ovp.CAPTURE_MIN_GAP_MS - COARSE_MS
-    behind = sends - (sends[0] + ovp.FRAME_MS * np.arange(sends.size))
-    assert float(behind.min()) >= -COARSE_MS  # never early
+    # Sends on a 20 ms grid: how far each is behind the earliest-placed one.
+    lag = sends - ovp.FRAME_MS * np.arange(sends.size)
+    spread = float(lag.max() - lag.min())
     if noise is None:
         assert capture["restarts"] == capture["overflowed"] == 0, capture
-        assert float(behind.max()) <= ovp.CAPTURE_RESTART_MS + ovp.FRAME_MS  # never drifts
+        assert spread <= ovp.CAPTURE_RESTART_MS + ovp.FRAME_MS, spread  # never drifts
         arrivals = [at for at, _ in received]
         per_second = (TOTAL - 1) / (arrivals[-1] - arrivals[0])
         assert 48.5 <= per_second <= 51.5, per_second

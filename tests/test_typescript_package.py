@@ -23,7 +23,7 @@ from tests.node import STRICT, consumer, node, packed, run, tool
 from voxwire import ovp
 
 TESTS = ROOT / "tests" / "typescript"
-ENTRY_POINTS = {".", "./brisvox", "./ovp", "./ovp/client"}
+ENTRY_POINTS = {".", "./brisvox", "./ovp", "./ovp/client", "./audio"}
 ATTW_ACCEPTED, ATTW_IGNORED = "CJSResolvesToESM", "cjs-resolves-to-esm"
 """attw's one finding we accept (its name in the report, and as a rule): attw models Node 16,
 where ``require()`` cannot load ES modules; the package needs Node 20.19, where it can
@@ -102,6 +102,21 @@ def test_a_commonjs_consumer_requires_the_package() -> None:
         "module": "object",  # CommonJS: `module` exists
         "type": "say",
         "refused": refused.value.code,
+    }
+
+
+def test_a_node_program_without_the_dom_library_uses_the_audio_helpers() -> None:
+    options = {"lib": ["ES2022"], "types": ["node"], "module": "nodenext"}
+    folder = _project("node-audio", TESTS / "node_audio.ts", options, "module")
+    status, output = _tsc(folder)
+    assert status == 0, output
+    done = run([node(), str(folder / "out" / "node_audio.js")], folder, timeout=60)
+    # One second at 16 kHz is 50 frames; the buffer holds its bound and drops the oldest.
+    assert json.loads(done.stdout) == {
+        "frames": 50,
+        "bytes": ovp.PCM_BYTES_PER_FRAME,
+        "played": ovp.PLAYBACK_MAX_FRAMES,
+        "overflowed": 50 - ovp.PLAYBACK_MAX_FRAMES,
     }
 
 

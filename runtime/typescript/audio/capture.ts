@@ -1,3 +1,4 @@
+/// <reference lib="dom" preserve="true" />
 /**
  * The microphone to the gateway: `startCapture(client)`.
  *

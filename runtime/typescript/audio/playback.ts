@@ -1,3 +1,4 @@
+/// <reference lib="dom" preserve="true" />
 /**
  * The gateway's frames to the speakers: `startPlayback(client)`.
  *

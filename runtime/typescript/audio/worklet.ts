@@ -1,3 +1,4 @@
+/// <reference lib="dom" preserve="true" />
 /**
  * The two AudioWorklet processors of capture and playback, shipped as source in the package and
  * loaded from a Blob URL (no network; a page with a Content-Security-Policy must allow `blob:`
