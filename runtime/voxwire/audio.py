@@ -20,7 +20,7 @@ side of the centre), built here with the same operations as there (its own sine,
 platform's) and summed the same way, left to right in double precision, then rounded to float32.
 So it is deterministic to the bit, whatever the blocks the input is cut into, and both bindings
 give the same float32 samples and the same PCM16 (``tests/test_audio.py`` holds them to it).
-Pure Python, no dependency: about 50 ms of CPU a second of 44.1 kHz audio.
+Pure Python, no dependency: about 0.13 s of one core for a second of 44.1 kHz audio.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ VoxwireError
 
 Each role adds the errors only it has under these (``brisvox.agent.CommandFailed``,
 ``ovp.client.SessionFailed``...), and so do the tools and the cluster, each keeping its built-in
-base (``capture.CaptureError`` and ``conformance.VectorError`` are ValueErrors,
+base (``capture.CaptureError``, ``conformance.VectorError`` and ``audio.AudioError`` are ValueErrors,
 ``cluster.StoreUnavailable`` and ``cluster.relay.RelayFailed`` ConnectionErrors; also
 ``demo.DemoFailed``, ``cli.CommandError``).
 
