@@ -59,7 +59,11 @@ RAW_TOLERANCE = 1e-4
 """The same for what the capture's worklet got, at the context's rate (the fake device scales
 its PCM16 by 1/32767, and converts 44.1 kHz to 48 kHz: about 4e-5)."""
 PLAYED_TOLERANCE = 4e-4
-"""The same for the played echo, resampled twice and rounded to PCM16 on the way."""
+"""The same for the played echo, resampled twice and rounded to PCM16 on the way: the images the
+16 kHz to 44.1 or 48 kHz filter leaves (at about -66 dB of the tones, 1.9e-4) stay under it."""
+WARM_UP_MS = 100
+"""What the judging of the audio leaves out after the tone first sounds: Chromium's fake device
+starts with a blip and a few milliseconds of silence before the file plays."""
 QUIET_MS = 30
 """A run whose page stalled, or whose echo's way varied, by more than this is too loaded to be
 held to the real-time bounds (no restart, no concealment, a gap-free echo): the jitter buffer
@@ -150,7 +154,8 @@ def quiet(result: dict[str, Any]) -> str | None:
     """Why the run cannot be held to the real-time bounds, or None: the page's main thread
     stalled, or the echo's way (page -> gateway -> page) varied, by more than ``QUIET_MS``, or
     the audio thread skipped render quanta (the recording has a hole)."""
-    stall = max((s for _, s in result["stalls"]), default=0.0)
+    start, end = result["sends"][0], result["echoes"][ECHOED - 1]
+    stall = max((s for at, s in result["stalls"] if at < end and at + s > start), default=0.0)
     transit = np.array(result["echoes"][:ECHOED]) - np.array(result["sends"][:ECHOED])
     jitter = float(transit.max() - transit.min())
     contiguous = result["output"]["contiguous"]
@@ -205,7 +210,7 @@ def check_captured_audio(
     tapped = result["input"]
     if tapped["contiguous"]:
         raw = samples(tapped).astype(np.float64)
-        begins = sounding_from(raw)
+        begins = sounding_from(raw) + rate * WARM_UP_MS // 1000
         _, residual = fit(raw[begins:], np.arange(raw.size - begins) / rate)
         if residual > RAW_TOLERANCE:
             return f"the capture's input broke (Chromium's capture path): {residual:.1e}"
@@ -220,7 +225,7 @@ def check_captured_audio(
             for frame in frames
         ]
     )
-    start = sounding_from(pcm) + ovp.SAMPLES_PER_FRAME
+    start = sounding_from(pcm) + ovp.SAMPLE_RATE_HZ * WARM_UP_MS // 1000
     amplitudes, residual = fit(pcm[start:], clock[start:] / ovp.SAMPLE_RATE_HZ)
     assert residual <= CAPTURED_TOLERANCE, residual
     for found, (_, amplitude) in zip(amplitudes, TONES, strict=True):
@@ -231,17 +236,18 @@ def check_captured_audio(
 def check_played(result: dict[str, Any], rate: int, noise: str | None) -> None:
     """The echo plays with no gap once warmed up; after the barge-in, silence."""
     played = result["playback"]
-    assert played["overflowed"] == played["lost"] == 0 and played["flushes"] == 2, played
+    assert played["lost"] == 0 and played["flushes"] == 2, played
     assert played["flushed"] >= BURST - 1, played
     recorded = samples(result["output"])
     flush_at = result["flushFrame"] - result["output"]["from"]
     after = recorded[flush_at + int(SILENCE_AFTER_FLUSH_S * rate) :]
     assert after.size > rate // 2 and not np.any(after), np.nonzero(after)[0][:5]
-    begins = sounding_from(recorded) + rate // 100
+    begins = sounding_from(recorded) + rate * WARM_UP_MS // 1000
     ends = flush_at - rate // 50  # the audio clock the page reads may run a quantum or two behind
     assert ends - begins > rate, (begins, ends)  # over a second of echo heard
     if noise is None:
-        assert played["concealed"] == played["underruns"] == played["late"] == 0, played
+        gaps = ("concealed", "underruns", "late", "overflowed")
+        assert [played[name] for name in gaps] == [0, 0, 0, 0], played
         t = np.arange(ends - begins) / rate
         _, residual = fit(recorded[begins:ends].astype(np.float64), t)
         assert residual <= PLAYED_TOLERANCE, residual

@@ -416,6 +416,25 @@ CASES = [
         message="unknown message type 'call.stop'",
     ),
     Case(
+        "message-types-constant-names-an-unknown-message",
+        "    description: Largest command id.\n",
+        "    description: Largest command id.\n  - name: flushing\n    value: [say, call.stop]\n"
+        "    unit: message_types\n    group: protocol\n    description: Flushes.\n",
+        marker="    value: [say, call.stop]",
+        path="constants[2].value[1]",
+        message="flushing: unknown message type 'call.stop'",
+    ),
+    Case(
+        "message-types-constant-repeats-a-type",
+        "    description: Largest command id.\n",
+        "    description: Largest command id.\n  - name: flushing\n    value: [say, hangup, say]\n"
+        "    unit: message_types\n    group: protocol\n    description: Flushes.\n",
+        marker="    value: [say, hangup, say]",
+        path="constants[2].value[2]",
+        message="duplicate message type 'say' (first at line {first})",
+        first=("    value: [say, hangup, say]", 1),
+    ),
+    Case(
         "error-end-reason-not-in-its-enum",
         "    description: The message cannot be read.\n",
         "    description: The message cannot be read.\n    end_reason: {enum: Mood, value: sad}\n",
