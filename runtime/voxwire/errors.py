@@ -20,9 +20,9 @@ VoxwireError
 
 Each role adds the errors only it has under these (``brisvox.agent.CommandFailed``,
 ``ovp.client.SessionFailed``...), and so do the tools and the cluster, each keeping its built-in
-base (``capture.CaptureError``, ``conformance.VectorError`` and ``audio.AudioError`` are ValueErrors,
-``cluster.StoreUnavailable`` and ``cluster.relay.RelayFailed`` ConnectionErrors; also
-``demo.DemoFailed``, ``cli.CommandError``).
+base (``capture.CaptureError``, ``conformance.VectorError`` and ``audio.AudioError`` are
+ValueErrors, ``cluster.StoreUnavailable`` and ``cluster.relay.RelayFailed`` ConnectionErrors;
+also ``demo.DemoFailed``, ``cli.CommandError``).
 
 ```python
 from voxwire import brisvox
