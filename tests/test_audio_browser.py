@@ -151,14 +151,17 @@ def gateway(received: list[tuple[float, ovp.AudioFrame]]) -> Any:
 
 
 def quiet(result: dict[str, Any]) -> str | None:
-    """Why the run cannot be held to the real-time bounds, or None: the page's main thread
-    stalled, or the echo's way (page -> gateway -> page) varied, by more than ``QUIET_MS``, or
-    the audio thread skipped render quanta (the recording has a hole)."""
-    start, end = result["sends"][0], result["echoes"][ECHOED - 1]
+    """Why the run cannot be held to the real-time bounds, or None: while it captured, the page's
+    main thread stalled, or went without the audio thread's blocks, by more than ``QUIET_MS``; the
+    echo's way (page -> gateway -> page) varied by more than that once the player started; or the
+    audio thread skipped render quanta (the recording has a hole)."""
+    start, end = result["sends"][0], result["sends"][-1]
     stall = max((s for at, s in result["stalls"] if at < end and at + s > start), default=0.0)
+    stall = max(stall, result["input"]["wait"])
     transit = np.array(result["echoes"][:ECHOED]) - np.array(result["sends"][:ECHOED])
-    jitter = float(transit.max() - transit.min())
-    contiguous = result["output"]["contiguous"]
+    # A frame late before the player started (it waits for the target) only starts it later.
+    jitter = float(transit[ovp.PLAYBACK_TARGET_FRAMES :].max() - transit.min())
+    contiguous = result["output"]["contiguous"] and result["input"]["contiguous"]
     if stall > QUIET_MS or jitter > QUIET_MS or not contiguous:
         return f"main thread stall {stall:.0f} ms, echo jitter {jitter:.0f} ms, " + (
             "contiguous audio" if contiguous else "render quanta skipped"

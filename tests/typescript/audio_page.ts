@@ -25,19 +25,27 @@ registerProcessor("test-recorder", Recorder);
 interface Block {
   readonly frame: number;
   readonly data: Float32Array;
+  /** When the main thread got it. */
+  at: number;
 }
 
 /** A recorder of what `node` outputs, block by block, each stamped with its audio frame. */
 function record(context: AudioContext, node: AudioNode): Block[] {
   const recorder = new AudioWorkletNode(context, "test-recorder", { numberOfInputs: 1, numberOfOutputs: 0, channelCount: 1, channelCountMode: "explicit" });
   const blocks: Block[] = [];
-  recorder.port.onmessage = (event: MessageEvent<Block>) => blocks.push(event.data);
+  recorder.port.onmessage = (event: MessageEvent<Block>) => {
+    event.data.at = performance.now();
+    blocks.push(event.data);
+  };
   node.connect(recorder);
   return blocks;
 }
 
-/** The blocks joined (base64 of float32), the frame of the first, and whether none is missing. */
-function joined(blocks: readonly Block[]): { from: number; contiguous: boolean; samples: string } {
+/**
+ * The blocks joined (base64 of float32), the frame of the first, whether none is missing, and
+ * the longest the main thread went without one (ms): the audio thread's stalls, as it sees them.
+ */
+function joined(blocks: readonly Block[]): { from: number; contiguous: boolean; samples: string; wait: number } {
   const from = blocks[0]?.frame ?? 0;
   const samples = new Float32Array(blocks.reduce((total, block) => total + block.data.length, 0));
   let at = 0;
@@ -47,7 +55,8 @@ function joined(blocks: readonly Block[]): { from: number; contiguous: boolean; 
     samples.set(block.data, at);
     at += block.data.length;
   }
-  return { from, contiguous, samples: base64(samples) };
+  const wait = Math.max(0, ...blocks.slice(1).map((block, i) => block.at - (blocks[i] as Block).at));
+  return { from, contiguous, samples: base64(samples), wait };
 }
 
 /** The main thread's probe: a timer every 5 ms; one that ran more than 5 ms late is a stall. */
