@@ -1,5 +1,6 @@
-"""``python -m codegen generate | check | validate | breaking | npm-package``: the spec to the
-package and its docs, what a spec change breaks, and the npm package's folder."""
+"""``python -m codegen generate | check | validate | breaking | npm-package | softphone``: the
+spec to the package and its docs, what a spec change breaks, the npm package's folder, and the
+softphone page's bundle."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ from codegen.breaking import report
 from codegen.loader import SpecError
 from codegen.pipeline import check, generate, load_protocols
 from codegen.render import RenderError
+from codegen.softphone import BUNDLE, BuildError
+from codegen.softphone import check as check_bundle
+from codegen.softphone import write as write_bundle
 from codegen.typescript.package import AssemblyError, assemble
 
 __all__ = ["main"]
@@ -46,7 +50,17 @@ def main(argv: list[str] | None = None) -> int:
         "folder for `npm pack`",
     )
     npm.add_argument("target", nargs="?", default="build/typescript", type=Path, metavar="DIR")
+    softphone = commands.add_parser(
+        "softphone",
+        help="rebuild the script of `voxwire demo --browser`'s page from the npm package "
+        "(needs Node 20.19 and npm)",
+    )
+    softphone.add_argument(
+        "--check", action="store_true", help="exit 1 and show a diff when the committed one differs"
+    )
     args = parser.parse_args(argv)
+    if args.command == "softphone":
+        return _softphone(check=args.check)
     try:
         if args.command == "npm-package":
             print(f"assembled the npm package in {assemble(args.target.resolve())}")
@@ -95,6 +109,28 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1
     print("generated files match the spec")
+    return 0
+
+
+def _softphone(*, check: bool) -> int:
+    try:
+        if check:
+            diff = check_bundle()
+            if diff:
+                print(diff)
+                print(
+                    f"{BUNDLE} differs from its sources: run `python -m codegen softphone` and "
+                    "commit the result",
+                    file=sys.stderr,
+                )
+                return 1
+            print(f"{BUNDLE} matches its sources")
+        else:
+            changed = write_bundle()
+            print(f"wrote {BUNDLE}" if changed else f"{BUNDLE} is up to date")
+    except BuildError as exc:
+        print(f"softphone: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

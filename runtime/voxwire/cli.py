@@ -3,6 +3,7 @@ schema export.
 
 ```text
 voxwire demo [--protocol brisvox|ovp|both] [--record DIR] [--no-color]
+voxwire demo --browser [--port PORT] [--record DIR]
 voxwire validate FILE|- [--protocol brisvox|ovp]
 voxwire report CAPTURE [-o call.html] [--protocol brisvox|ovp]
 voxwire schema --protocol ovp [--message transcript.final]
@@ -70,6 +71,10 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    if args.browser:
+        return _browser_demo(args)
+    if args.port is not None:
+        raise CommandError("--port serves the softphone: add --browser")
     protocols = PROTOCOLS if args.protocol == "both" else (args.protocol,)
     color = sys.stdout.isatty() and not args.no_color and not os.environ.get("NO_COLOR")
     try:
@@ -88,6 +93,30 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         raise CommandError(f"{where}{exc.strerror or exc}") from None
     except DemoFailed as exc:
         raise CommandError(str(exc)) from None
+    return 0
+
+
+def _browser_demo(args: argparse.Namespace) -> int:
+    if args.protocol == "brisvox":
+        raise CommandError("the browser softphone speaks OVP: leave out --protocol brisvox")
+    try:
+        from voxwire.demo import softphone
+    except ModuleNotFoundError as exc:
+        if exc.name != "jwt":
+            raise
+        raise CommandError(
+            "the softphone runs a gateway, which needs PyJWT: pip install 'voxwire[gateway]'"
+        ) from None
+    record = None
+    if args.record is not None:
+        record = args.record / "softphone-{session_id}.jsonl"
+    try:
+        if args.record is not None:
+            args.record.mkdir(parents=True, exist_ok=True)
+        softphone.serve(host="127.0.0.1", port=args.port or 0, out=sys.stdout, record=record)
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        raise CommandError(f"{where}{exc.strerror or exc}") from None
     return 0
 
 
@@ -269,6 +298,19 @@ def _parser() -> argparse.ArgumentParser:
         help="also write each call's capture: DIR/brisvox.jsonl, DIR/ovp.jsonl",
     )
     demo.add_argument("--no-color", action="store_true", help="no colours (also: NO_COLOR=1)")
+    demo.add_argument(
+        "--browser",
+        action="store_true",
+        help="serve a softphone page and an OVP gateway with a demo agent on loopback, until "
+        "Ctrl-C: open the address it prints, press Call and speak (--record DIR writes each "
+        "session's capture)",
+    )
+    demo.add_argument(
+        "--port",
+        type=int,
+        metavar="PORT",
+        help="the softphone's port (default: a free one, printed)",
+    )
     demo.set_defaults(run=_cmd_demo)
     validate = commands.add_parser(
         "validate",
