@@ -667,6 +667,14 @@ def test_validate_refuses_a_folder(tmp_path: Path) -> None:
         (("validate", "x.jsonl", "--protocol", "sip"), "invalid choice: 'sip'"),
         (("demo", "--protocol", "sip"), "invalid choice: 'sip'"),
         (("demo", "--speed", "2"), "unrecognized arguments: --speed 2"),
+        (("demo", "--port", "8000"), "voxwire demo: --port serves the softphone: add --browser"),
+        (("demo", "--browser", "--port", "65536"), "not a port (0 to 65535): '65536'"),
+        (("demo", "--browser", "--port", "-1"), "not a port (0 to 65535): '-1'"),
+        (("demo", "--browser", "--port", "x"), "not a port (0 to 65535): 'x'"),
+        (
+            ("demo", "--browser", "--protocol", "brisvox"),
+            "the browser softphone speaks OVP: leave out --protocol brisvox",
+        ),
     ],
 )
 def test_bad_arguments_of_demo_and_validate(args: tuple[str, ...], message: str) -> None:

@@ -260,9 +260,13 @@ def test_the_site_serves_the_page_and_mints_tokens_for_loopback_pages_only() -> 
                 ("rebound", f"evil.example:{port}"),
                 ("suffix", "127.0.0.1.evil.example"),
                 ("broken", "[::1"),
+                ("path", "127.0.0.1:80/evil"),
+                ("user", "evil@127.0.0.1"),
+                ("bad port", "127.0.0.1:x"),
                 ("none", ""),
             ]:
                 answers[name] = await get("/session", host)
+            answers["port"] = port
             return answers
 
     answers = run(probe(), timeout=20)
@@ -282,5 +286,8 @@ def test_the_site_serves_the_page_and_mints_tokens_for_loopback_pages_only() -> 
         assert claims["session_id"] == grant["sessionId"] and claims["tenant_id"] == TENANT
     assert answers["unknown"][0] == 404
     assert answers["localhost"][0] == answers["ipv6"][0] == 200
-    for refused in ("rebound", "suffix", "broken", "none"):
+    # The gateway is the page's own origin, under the name the page used.
+    assert json.loads(answers["localhost"][2])["url"] == f"ws://localhost:{answers['port']}"
+    assert json.loads(answers["ipv6"][2])["url"] == "ws://[::1]"
+    for refused in ("rebound", "suffix", "broken", "path", "user", "bad port", "none"):
         assert answers[refused][0] == 403, refused

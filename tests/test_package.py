@@ -19,6 +19,7 @@ from tests.node import node
 # What both installs must show: every module, the data files, and a working decode.
 PROBE = r"""
 import json, os, pkgutil, sys
+from importlib import resources
 import voxwire
 from voxwire import brisvox, ovp
 modules = sorted(m.name for m in pkgutil.walk_packages(voxwire.__path__, "voxwire."))
@@ -29,9 +30,11 @@ data = sorted(
     if any(os.path.isfile(os.path.join(folder, name)) for folder in package.__path__)
 )
 message = brisvox.decode(b'{"type":"say","text":"hi"}', sender="agent")
+softphone = resources.files("voxwire.demo").joinpath("softphone")
 json.dump({
     "modules": modules,
     "data": data,
+    "softphone": sorted(f.name for f in softphone.iterdir() if not f.name.startswith("__")),
     "say": message.text,
     "base": issubclass(ovp.ProtocolError, voxwire.ProtocolError),
     "version": voxwire.__version__,
@@ -113,6 +116,8 @@ def test_wheel_in_a_fresh_venv_imports_like_the_editable_install(
         "voxwire/py.typed",
     ]
     assert from_wheel["say"] == "hi" and from_wheel["base"] is True
+    # voxwire demo --browser serves its page from the package: no network, no Node.
+    assert from_wheel["softphone"] == ["index.html", "softphone.js", "softphone.ts"]
 
 
 def test_wheel_holds_one_package_and_nothing_else(wheel: Path) -> None:

@@ -1,13 +1,15 @@
 """``voxwire demo --browser`` as a user meets it: the command started as a process, its page
 driven in headless Chromium with a fake microphone playing a tone then silence, one full turn
 (speech in, the transcripts shown, the agent's audio played, the link's state shown, no console
-error), then the hang-up and Ctrl-C; and the page's shipped script is what its sources build."""
+error), then the hang-up and Ctrl-C; the page's shipped script is what its sources build, and
+the TypeScript guide shows the page as shipped."""
 
 from __future__ import annotations
 
 import asyncio
 import math
 import os
+import re
 import select
 import signal
 import struct
@@ -139,6 +141,17 @@ def test_a_browser_call_through_voxwire_demo_browser(tmp_path: Path) -> None:
         _, findings = check_capture(lines, tally)
         assert [f.text for f in findings if hasattr(f, "code")] == []
     assert tally.violations == 0 and tally.frames >= seen["sent"]
+
+
+def test_the_typescript_guide_shows_the_shipped_page() -> None:
+    guide = (ROOT / "docs" / "typescript.md").read_text(encoding="utf-8")
+    section = guide.split("\n## Browser softphone\n", 1)[1].split("\n## ", 1)[0]
+    folder = ROOT / "runtime" / "voxwire" / "demo" / "softphone"
+    for language, name in (("html", "index.html"), ("ts", "softphone.ts")):
+        [block] = re.findall(rf"^```{language}\n(.*?)^```", section, re.S | re.M)
+        assert block == (folder / name).read_text(encoding="utf-8"), (
+            f"{name} differs from the guide"
+        )
 
 
 def test_the_shipped_bundle_is_what_its_sources_build() -> None:

@@ -49,12 +49,24 @@ STDIN = "-"
 """The FILE that names standard input."""
 INTERRUPTED = 130
 """The exit status after Ctrl-C (128 + SIGINT), as shells report it."""
+MAX_PORT = 65535
 BUG_REPORT = "a bug in voxwire: please report it, with the file"
 """The hint after a failure of voxwire's own (never the input's fault)."""
 
 
 class CommandError(VoxwireError):
     """A failure the command reports in one line (bad arguments, unreadable files)."""
+
+
+def _port(text: str) -> int:
+    """A TCP port for ``--port``: 0 (a free one) to 65535."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= MAX_PORT:
+        raise argparse.ArgumentTypeError(f"not a port (0 to {MAX_PORT}): {text!r}")
+    return port
 
 
 def _protocol_module(name: str) -> Any:
@@ -307,7 +319,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     demo.add_argument(
         "--port",
-        type=int,
+        type=_port,
         metavar="PORT",
         help="the softphone's port (default: a free one, printed)",
     )

@@ -88,11 +88,17 @@ def _response(
 
 
 def _host_name(request: Request) -> str | None:
-    """The host name a request was addressed to (its ``Host`` header), lower case."""
+    """The host name a request was addressed to (its ``Host`` header: a name and an optional
+    port, nothing else), lower case; None for anything else."""
+    header = request.headers.get("Host", "")
     try:
-        return urlsplit(f"//{request.headers.get('Host', '')}").hostname
-    except ValueError:  # not a host at all
+        split = urlsplit(f"//{header}")
+        _ = split.port  # a port that is no number raises
+    except ValueError:
         return None
+    if split.netloc != header or split.username is not None:
+        return None
+    return split.hostname
 
 
 class SoftphoneSite(Endpoints):
@@ -100,13 +106,11 @@ class SoftphoneSite(Endpoints):
 
     Args:
         secret: The gateway's token secret.
-        gateway_url: Where the page's client connects (the gateway's ``ws://`` URL).
     """
 
-    def __init__(self, secret: str, gateway_url: str) -> None:
+    def __init__(self, secret: str) -> None:
         super().__init__()
         self._secret = secret
-        self.gateway_url = gateway_url
         self._issued: OrderedDict[str, None] = OrderedDict()
         folder = resources.files(__name__)
         self._files = {
@@ -127,12 +131,14 @@ class SoftphoneSite(Endpoints):
             return super().answer(connection, request)
         if _host_name(request) not in _LOOPBACK_NAMES:
             return connection.respond(HTTPStatus.FORBIDDEN, "tokens go to loopback pages only\n")
+        # The gateway is this very origin, under the name the page used (so its policy allows it).
+        origin = f"ws://{request.headers['Host']}"
         if target.path == SESSION_PATH:
             session_id = f"ovps_demo_{secrets.token_hex(8)}"
             self._issued[session_id] = None
             if len(self._issued) > _ISSUED_MAX:
                 self._issued.popitem(last=False)
-            answer = {"url": self.gateway_url, "sessionId": session_id}
+            answer = {"url": origin, "sessionId": session_id}
         else:
             session_id = parse_qs(target.query).get("session", [""])[0]
             if session_id not in self._issued:
@@ -164,7 +170,7 @@ class Softphone:
         self.gateway = Gateway(
             DemoAgent(clock), secret=secret, host=host, port=port, clock=clock, record=record
         )
-        self.site = SoftphoneSite(secret, self.gateway.url)
+        self.site = SoftphoneSite(secret)
         self.gateway.endpoints = self.site
 
     @property
@@ -175,7 +181,6 @@ class Softphone:
     async def start(self) -> None:
         """Listen."""
         await self.gateway.start()
-        self.site.gateway_url = self.gateway.url
 
     async def close(self) -> None:
         """Stop listening and end every session."""
