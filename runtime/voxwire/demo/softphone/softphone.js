@@ -3764,6 +3764,7 @@ function say(key, who, text, partial) {
   }
   line.textContent = `${who}: ${text}`;
   line.className = partial ? "partial" : "final";
+  transcriptView.scrollTop = transcriptView.scrollHeight;
 }
 function logEvent(event) {
   const { type, seq, ts: _ts, session_id: _id, ...fields } = event;
@@ -3771,7 +3772,7 @@ function logEvent(event) {
   line.textContent = `${seq} ${type} ${JSON.stringify(fields).slice(0, 120)}`;
   eventsView.append(line);
   while (eventsView.childElementCount > MAX_EVENTS) eventsView.firstElementChild?.remove();
-  line.scrollIntoView({ block: "nearest" });
+  eventsView.scrollTop = eventsView.scrollHeight;
 }
 function showStats(client, capture, playback) {
   stateView.textContent = client.state;
@@ -3779,7 +3780,8 @@ function showStats(client, capture, playback) {
   const played = playback.stats;
   const rows = [
     ["frames sent", sent?.sent ?? 0],
-    ["frames dropped (send)", (sent?.dropped ?? 0) + (sent?.overflowed ?? 0)],
+    ["frames dropped by the client", sent?.dropped ?? 0],
+    ["frames dropped waiting to be sent", sent?.overflowed ?? 0],
     ["frames received", played.received],
     ["frames played", played.played],
     ["late, lost, concealed", played.late + played.lost + played.concealed],

@@ -65,6 +65,7 @@ function say(key: string, who: string, text: string, partial: boolean): void {
   }
   line.textContent = `${who}: ${text}`;
   line.className = partial ? "partial" : "final";
+  transcriptView.scrollTop = transcriptView.scrollHeight;
 }
 
 function logEvent(event: ServerMessage): void {
@@ -73,7 +74,7 @@ function logEvent(event: ServerMessage): void {
   line.textContent = `${seq} ${type} ${JSON.stringify(fields).slice(0, 120)}`;
   eventsView.append(line);
   while (eventsView.childElementCount > MAX_EVENTS) eventsView.firstElementChild?.remove();
-  line.scrollIntoView({ block: "nearest" });
+  eventsView.scrollTop = eventsView.scrollHeight;
 }
 
 function showStats(client: OvpClient, capture: Capture | null, playback: Playback): void {
@@ -82,7 +83,8 @@ function showStats(client: OvpClient, capture: Capture | null, playback: Playbac
   const played = playback.stats;
   const rows: [string, number][] = [
     ["frames sent", sent?.sent ?? 0],
-    ["frames dropped (send)", (sent?.dropped ?? 0) + (sent?.overflowed ?? 0)],
+    ["frames dropped by the client", sent?.dropped ?? 0],
+    ["frames dropped waiting to be sent", sent?.overflowed ?? 0],
     ["frames received", played.received],
     ["frames played", played.played],
     ["late, lost, concealed", played.late + played.lost + played.concealed],
