@@ -1,4 +1,5 @@
-"""``voxwire demo``: one scripted call per protocol, on loopback, printed as a timeline.
+"""``voxwire demo``: one scripted call per protocol, on loopback, printed as a timeline; with
+``--browser``, a softphone to talk to a demo agent from a browser.
 
 | module | what |
 |---|---|
@@ -6,6 +7,9 @@
 | ``voxwire.demo.brisvox_call`` | the engine side (``EngineLink``) playing a call to it |
 | ``voxwire.demo.ovp_call`` | a gateway emulating the OVP worked examples, and a client |
 | ``voxwire.demo.timeline`` | prints every message as it passes, then a summary |
+| ``voxwire.demo.softphone`` | ``voxwire demo --browser``: a softphone page and a gateway |
+| ``voxwire.demo.voice_agent`` | its agent, which answers each utterance of the caller |
+| ``voxwire.demo.speech`` | that agent's end of speech, by energy |
 
 Each call records itself through its adapter's ``record`` option: into the timeline, and into
 ``DIR/brisvox.jsonl`` or ``DIR/ovp.jsonl`` with ``--record DIR``.
