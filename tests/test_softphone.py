@@ -68,7 +68,6 @@ async def browser_call(url: str, microphone: Path) -> dict[str, object]:
         "--use-fake-device-for-media-stream",
         "--use-fake-ui-for-media-stream",
         f"--use-file-for-fake-audio-capture={microphone}%noloop",
-        "--autoplay-policy=no-user-gesture-required",
     ]
     async with chromium_page(*flags) as page:
         await page.goto(url)
