@@ -17,9 +17,8 @@ It has no speech recogniser, no LLM and no TTS, so it is honest about what it he
    while its audio is being sent): stops the audio, sends ``agent.barge_in`` with what it had
    sent and ``audio.flush`` (cause ``barge_in``), and answers the new utterance when it ends.
 
-The 5 s ``call.quality.update`` and ``agent.cost.tick`` flow from the start (fixed values: the
-demo measures no network and costs nothing), as a browser client needs traffic at least every
-10 s (spec decision ``client-idle-bound``).
+The 5 s ``call.quality.update`` (the caller's leg as the gateway measures it) and
+``agent.cost.tick`` (zero: the demo costs nothing) are the gateway's own.
 """
 
 from __future__ import annotations
@@ -131,12 +130,6 @@ class DemoAgent:
             secure=False,
         )
         session.start(call, AGENT)
-        session.set_quality(packet_loss_pct=0.0, jitter_ms=0.0, rtt_ms=0.0, mos=4.5)
-        session.set_cost(
-            ovp.CostBreakdown(
-                llm_usd_micros=0, stt_usd_micros=0, tts_usd_micros=0, voice_termination_usd_micros=0
-            )
-        )
         listener = _Listener(session, self.clock)
         try:
             async for item in session:
