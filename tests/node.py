@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from codegen.softphone import ESBUILD_VERSION
 from codegen.typescript import TYPES_NODE_VERSION, TYPESCRIPT_VERSION, assemble
 from tests.conftest import ROOT
 
@@ -49,9 +50,10 @@ TOOL_VERSIONS = {
     "ajv": "8.20.0",
     "@arethetypeswrong/cli": "0.18.5",
     "publint": "0.3.25",
-    "esbuild": "0.28.2",
+    "esbuild": ESBUILD_VERSION,
 }
-"""What the tests install from npm, pinned (the compiler's version is the package's own pin)."""
+"""What the tests install from npm, pinned (the compiler's version is the package's own pin,
+esbuild's the softphone's build's)."""
 STRICT = {
     "target": "ES2022",
     "module": "NodeNext",
