@@ -257,7 +257,8 @@ def test_the_site_serves_the_page_and_mints_tokens_for_loopback_pages_only() -> 
             async def get(path: str, host: str | None = None) -> Any:
                 return await asyncio.to_thread(_get, softphone.url, path, host)
 
-            answers = {path: await get(path) for path in ("/", "/softphone.js", "/healthz", "/x")}
+            paths = ("/", "/softphone.js", "/healthz", "/metrics", "/x")
+            answers = {path: await get(path) for path in paths}
             grant = json.loads((await get("/session"))[2])
             answers["grant"] = grant
             answers["token"] = await get(f"/token?session={grant['sessionId']}")
@@ -286,6 +287,7 @@ def test_the_site_serves_the_page_and_mints_tokens_for_loopback_pages_only() -> 
     assert answers["/softphone.js"][0] == 200
     assert answers["/softphone.js"][1]["Content-Type"] == "text/javascript; charset=utf-8"
     assert answers["/healthz"][0] == 200 and answers["/x"][0] == 404
+    assert answers["/metrics"][0] == 200 and b"voxwire_" in answers["/metrics"][2]
     grant = answers["grant"]
     assert grant["url"].startswith("ws://127.0.0.1:") and grant["sessionId"].startswith("ovps_")
     fresh = json.loads(answers["token"][2])["token"]

@@ -40,7 +40,7 @@ from websockets.http11 import Request, Response
 from voxwire.capture import Record
 from voxwire.clock import SYSTEM_CLOCK, Clock
 from voxwire.demo.voice_agent import DemoAgent
-from voxwire.observe.endpoints import Endpoints
+from voxwire.observe.endpoints import Endpoints, MetricsText
 from voxwire.ovp.gateway import Gateway, mint_token
 
 __all__ = [
@@ -106,10 +106,11 @@ class SoftphoneSite(Endpoints):
 
     Args:
         secret: The gateway's token secret.
+        metrics: What ``/metrics`` serves (the gateway's).
     """
 
-    def __init__(self, secret: str) -> None:
-        super().__init__()
+    def __init__(self, secret: str, *, metrics: MetricsText | None = None) -> None:
+        super().__init__(metrics=metrics)
         self._secret = secret
         self._issued: OrderedDict[str, None] = OrderedDict()
         folder = resources.files(__name__)
@@ -170,7 +171,7 @@ class Softphone:
         self.gateway = Gateway(
             DemoAgent(clock), secret=secret, host=host, port=port, clock=clock, record=record
         )
-        self.site = SoftphoneSite(secret)
+        self.site = SoftphoneSite(secret, metrics=self.gateway.endpoints.metrics)
         self.gateway.endpoints = self.site
 
     @property
