@@ -163,7 +163,10 @@ def test_a_broken_statistics_section_is_refused_at_its_line(
 def test_the_guide_names_the_messages_the_tables_read_and_no_other(
     protocols: dict[str, Protocol],
 ) -> None:
-    guide = (ROOT / "docs" / "observability.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "observability.md").read_text(encoding="utf-8")
+    # The figures' definitions; the later sections (metrics, the periodic events) name other
+    # messages for what they are, not for what the statistics read.
+    guide = text.partition("## Live statistics in every role")[0]
     read: set[str] = set()
     for marks in (BRISVOX, OVP):
         read |= {m.type for m in (*marks.turn_end, *marks.turn_output)}
