@@ -251,6 +251,11 @@ class PeerProcess:
     def stderr(self) -> str:
         return self.stderr_path.read_text(encoding="utf-8", errors="replace")
 
+    def terminate(self) -> None:
+        """SIGTERM: what an orchestrator sends to stop the process (a voxwire server drains)."""
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+
     def kill(self) -> None:
         """SIGKILL: the process dies at once, as in a crash."""
         if self.popen.poll() is None:

@@ -2,19 +2,23 @@
 
 An AgentServer with resume on, sharing the owner directory through Redis; every event its calls
 see is printed as one JSON line (``{"process": ID, "session": ..., "event": ..., ...}``), and
-``ready`` once it listens. It runs until killed.
+``ready`` once it listens. It runs until SIGTERM, which drains it (``drained``, with what the
+drain did), or SIGKILL.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import sys
 
 from voxwire.brisvox.agent import AgentServer, AgentSession, Resumed
 from voxwire.cluster import Owner, RedisDirectory, connect_redis
+from voxwire.lifecycle import drain_on_signal
 
 TOKEN = "cluster-token"
+DRAIN_S = 10.0
 
 
 def say(**line: object) -> None:
@@ -41,9 +45,12 @@ async def main(process_id: str, port: int, redis_url: str) -> None:
             say(**line)
 
     await directory.start()
-    async with AgentServer(on_session, token=TOKEN, port=port, resume=True, directory=directory):
+    async with AgentServer(
+        on_session, token=TOKEN, port=port, resume=True, directory=directory
+    ) as server:
         say(process=process_id, event="ready")
-        await asyncio.Event().wait()
+        drained = await drain_on_signal(server, deadline=DRAIN_S)
+        say(process=process_id, event="drained", **dataclasses.asdict(drained))
 
 
 if __name__ == "__main__":

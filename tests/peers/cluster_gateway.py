@@ -4,12 +4,14 @@
 A Gateway (with the owner directory on Redis when REDIS is given) whose every session sends
 ``session.start``, then one ``agent.thinking`` every 20 ms for 2 s (100 events, seq 1 to 100),
 then ends. It prints ``ready`` and, for each session it runs, ``session <id>``, one JSON line
-each; its log (relays included) goes to standard error. It runs until killed.
+each; its log (relays included) goes to standard error. It runs until SIGTERM, which drains it
+(within DRAIN_S; it prints ``drained`` with what the drain did), or SIGKILL.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import sys
@@ -17,10 +19,12 @@ import sys
 from tests.test_ovp_support import AGENT, CALL, SECRET
 from voxwire import ovp
 from voxwire.cluster import Directory, Owner, RedisDirectory, connect_redis
+from voxwire.lifecycle import drain_on_signal
 from voxwire.ovp.gateway import Gateway, GatewaySession
 
 EVENTS = 100
 INTERVAL_S = 0.02
+DRAIN_S = 10.0
 
 
 def say(**line: object) -> None:
@@ -53,9 +57,10 @@ async def main(process_id: str, port: int, redis_url: str | None) -> None:
             emit(session, n)
         session.end(ovp.SessionEndReason.AGENT_ENDED)
 
-    async with Gateway(handler, secret=SECRET, port=port, directory=directory):
+    async with Gateway(handler, secret=SECRET, port=port, directory=directory) as gateway:
         say(process=process_id, event="ready")
-        await asyncio.Event().wait()
+        drained = await drain_on_signal(gateway, deadline=DRAIN_S)
+        say(process=process_id, event="drained", **dataclasses.asdict(drained))
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ import ssl as ssl_module
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Final, Literal, TypeAlias
+from typing import Literal, TypeAlias
 
 import msgspec
 from msgspec import UNSET
@@ -43,6 +43,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from voxwire.brisvox._logs import websockets_logger
+from voxwire.brisvox.agent_cluster import AgentCluster
 from voxwire.brisvox.agent_core import AgentCore, ResumeRegistry, StartReceived
 from voxwire.brisvox.agent_session import (
     AgentLink,
@@ -77,10 +78,10 @@ from voxwire.brisvox.messages import ContextMessage, EventType, SessionAccept, S
 from voxwire.brisvox.outputs import BadMessage, CommandFailed, EventsDropped
 from voxwire.capture import Record, open_recorder
 from voxwire.clock import SYSTEM_CLOCK, Clock
-from voxwire.cluster import Directory, StoreUnavailable, other_owner
-from voxwire.cluster.relay import RelayFailed, carry, open_relay
+from voxwire.cluster import Directory
 from voxwire.errors import SessionClosed
 from voxwire.hosts import is_loopback
+from voxwire.lifecycle import Drained
 from voxwire.link import Keepalive, Link, Outbound, Overflow
 from voxwire.observe.endpoints import Endpoints
 from voxwire.observe.metrics import Metrics
@@ -108,9 +109,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-_CLUSTER_KEY: Final = "brisvox"
-"""The protocol's name in the owner directory (voxwire.cluster), beside OVP's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +217,16 @@ class AgentServer:
         self._closing = False
         self.metrics = Metrics("brisvox", "agent")  # served at /metrics: docs/observability.md
         self.endpoints = Endpoints(metrics=self.metrics.exposition)
+        self._cluster = (
+            None
+            if directory is None
+            else AgentCluster(
+                directory, clock=clock, bearer=self.token is not None, metrics=self.metrics
+            )
+        )
+        self._draining = False
+        self._forgot = asyncio.Event()
+        """Set whenever a call is over (a drain waits on it)."""
         """``/healthz``, ``/readyz`` and ``/metrics`` on the server's port."""
 
     @property
@@ -242,7 +250,8 @@ class AgentServer:
 
     async def start(self) -> AgentServer:
         """Start listening (and say where)."""
-        self._closing = False
+        self._closing = self._draining = False
+        self.endpoints.ready = True
         self._server = await serve(
             self._handle,
             self.host,
@@ -263,6 +272,39 @@ class AgentServer:
         if self.token is None:
             log.warning("brisvox agent: no bearer token set, every connection is accepted")
         return self
+
+    async def drain(self, deadline: float) -> Drained:
+        """Take the server out of service within ``deadline`` seconds of its clock.
+
+        ``/readyz`` answers 503 at once. While the server holds calls, a new call is rejected
+        (``unavailable``: the engine runs it without an agent) and a resumption of a call it
+        holds is served; once it holds none, every upgrade gets HTTP 503 (a balancer's retry
+        sends the engine to another process). The drain returns once no call is left, or at the
+        deadline, when each call left is ended here: its link closed (1000; the call goes on
+        without the agent), or, parked, given up. :meth:`close` the server then.
+        """
+        self.endpoints.ready = False
+        self._draining = True
+        live = [session for session in self._sessions.values() if not session.ended]
+        log.info("brisvox agent draining: %d calls, %g s at most", len(live), deadline)
+        await self._until_ended(live, deadline)
+        left = [session for session in live if not session.ended]
+        if left:
+            self._closing = True  # a link closed now is not parked
+            for session in left:
+                session.leave("the agent is shutting down")
+            await self._until_ended(left, SDK_CLOSE_TIMEOUT_MS / 1000)
+        return Drained(handed_over=0, finished=len(live) - len(left), ended=len(left))
+
+    async def _until_ended(self, sessions: list[AgentSession], seconds: float) -> None:
+        """Wait until each of ``sessions`` ended, ``seconds`` of the clock at most."""
+        clock = self.clock
+        until = clock.now() + seconds
+        while any(not s.ended for s in sessions) and (wait := until - clock.now()) > 0:
+            self._forgot.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(clock.real_seconds(wait)):
+                    await self._forgot.wait()
 
     async def close(self) -> None:
         """Stop listening, close the calls' links and end parked calls."""
@@ -296,6 +338,9 @@ class AgentServer:
         probe = self.endpoints.answer(connection, request)
         if probe is not None:
             return probe
+        if self._draining and not self._sessions:
+            # Nothing to resume here: a balancer's retry sends the engine to another process.
+            return connection.respond(HTTPStatus.SERVICE_UNAVAILABLE, "draining\n")
         if "Origin" in request.headers:
             log.warning("refused a request with an Origin header (a browser)")
             self.metrics.refused("forbidden_origin")
@@ -395,8 +440,9 @@ class AgentServer:
             link.recorder.record("server", raw)
         if resuming:
             return await self._resume(link, start, version, raw)
-        if self.calls >= self.max_calls:
-            await refuse(link, self.metrics, ErrorCode.UNAVAILABLE, "too many calls")
+        if self.calls >= self.max_calls or self._draining:
+            why = "the agent is draining" if self._draining else "too many calls"
+            await refuse(link, self.metrics, ErrorCode.UNAVAILABLE, why)
             return None
         try:
             async with asyncio.timeout(self._real_until(core.next_deadline())):
@@ -460,7 +506,11 @@ class AgentServer:
     ) -> AgentSession | None:
         core, now = link.core, self.clock.now()
         session = self._sessions.get(start.session_id)
-        if session is None and await self._relayed(link, start.session_id, raw):
+        if (
+            session is None
+            and self._cluster is not None
+            and await self._cluster.relayed(link, start.session_id, raw)
+        ):
             return None
         if (
             not self.resume
@@ -508,18 +558,19 @@ class AgentServer:
         self._registry.lost(session.id, self.clock.now())
         self._expiry.update()
         log.info("session %s: link lost; parked for a resumption", session.id)
-        if self.directory is not None:
+        if self._cluster is not None:
             window = self.clock.real_seconds(self._resume_window)
-            self._spawn(self._own(session.id, window), f"brisvox-own-{session.id}")
+            self._spawn(self._cluster.own(session.id, window), f"brisvox-own-{session.id}")
         return True
 
     def _forget(self, session: AgentSession) -> None:
         """``session`` is over."""
         self._registry.forget(session.id)
-        if self.directory is not None:
-            self._spawn(self._own(session.id, None), f"brisvox-disown-{session.id}")
+        if self._cluster is not None:
+            self._spawn(self._cluster.own(session.id, None), f"brisvox-disown-{session.id}")
         if self._sessions.get(session.id) is session:
             del self._sessions[session.id]
+        self._forgot.set()
 
     def _expire(self, now: float) -> None:
         for session_id in self._registry.expired(now):
@@ -527,50 +578,6 @@ class AgentServer:
             if session is not None:
                 log.info("session %s: not resumed in time; the call ends", session_id)
                 session.give_up("not resumed within the resume window")
-
-    # -- several processes (voxwire.cluster) ----------------------------------------------------
-
-    async def _own(self, session_id: str, window: float | None) -> None:
-        """Record this process as the parked call's owner for ``window`` seconds (None: forget)."""
-        assert self.directory is not None
-        try:
-            if window is None:
-                await self.directory.release(_CLUSTER_KEY, session_id)
-            else:
-                await self.directory.claim(_CLUSTER_KEY, session_id, window)
-        except StoreUnavailable as exc:
-            # Not recorded: a resumption landing elsewhere is refused (unknown_session), as
-            # with one process; one landing here still finds the call.
-            log.warning("session %s: the owner directory was not updated: %s", session_id, exc)
-
-    async def _relayed(self, link: AgentLink, session_id: str, raw: str | bytes) -> bool:
-        """Relay a resumption of a call parked on another live process; False if there is none."""
-        if self.directory is None:
-            return False
-        owner = await other_owner(self.directory, _CLUSTER_KEY, session_id)
-        if owner is None:
-            return False
-        request = link.ws.request
-        assert request is not None
-        headers = {"Authorization": request.headers["Authorization"]} if self.token else {}
-        try:
-            upstream = await open_relay(
-                owner, request.path, headers=headers, max_size=MAX_MESSAGE_BYTES
-            )
-        except RelayFailed as exc:
-            log.warning(
-                "session %s: parked on %s, which cannot be reached: %s",
-                session_id,
-                owner.process_id,
-                exc,
-            )
-            return False
-        log.info("session %s: parked on %s; relaying the resumption", session_id, owner.process_id)
-        await link.out.stop()  # the owner's link speaks on this connection now
-        keep = link.out.keepalive  # the link's own policy, for both sides of the relay
-        with self.metrics.relaying(session_id):
-            await carry(link.ws, upstream, owner, first=[raw], keepalive=keep, clock=self.clock)
-        return True
 
     # -- plumbing -------------------------------------------------------------------------------
 

@@ -404,6 +404,15 @@ class AgentSession(AgentSends[Coroutine[Any, Any, CommandResult]], AgentReceives
         if start.type in self._handlers.types:  # the resumption's session.start
             self._handlers.dispatch(start.type, start)
 
+    def leave(self, reason: str) -> None:
+        """The agent leaves the call: its link closes with 1000 (the call goes on without the
+        agent), or a parked call ends; the application hears :class:`LinkDown`."""
+        link = self._link
+        if link is None:
+            self.give_up(reason)
+        else:
+            link.out.close(CloseCode.NORMAL, reason)
+
     def give_up(self, reason: str) -> None:
         """The call ends without its link (the resume window passed, the server closes)."""
         self._end(LinkDown(reason))

@@ -26,6 +26,7 @@ async with Gateway(handler, secret=secret) as gateway:   # 127.0.0.1, a free por
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -44,6 +45,7 @@ from voxwire.clock import SYSTEM_CLOCK, Clock
 from voxwire.cluster import Directory, StoreUnavailable, other_owner
 from voxwire.cluster.relay import RelayFailed, carry, open_relay
 from voxwire.hosts import is_loopback
+from voxwire.lifecycle import Drained
 from voxwire.link import Keepalive
 from voxwire.observe.endpoints import Endpoints
 from voxwire.observe.metrics import Metrics
@@ -183,6 +185,7 @@ class Gateway:
         # task for all of them (started with the first), none per session.
         self._buried: deque[tuple[float, GatewaySession]] = deque()
         self._reaper: asyncio.Task[None] | None = None
+        self._draining = False
         self._selected: weakref.WeakKeyDictionary[ServerConnection, str] = (
             weakref.WeakKeyDictionary()
         )
@@ -209,6 +212,8 @@ class Gateway:
     async def start(self) -> None:
         """Listen."""
         install_redaction()
+        self._draining = False
+        self.endpoints.ready = True
         self._server = await serve(
             self._connection,
             self.host,
@@ -228,8 +233,38 @@ class Gateway:
         else:
             log.warning("OVP gateway listening on %s: reachable beyond this machine", self.url)
 
+    async def drain(self, deadline: float) -> Drained:
+        """Take the gateway out of service within ``deadline`` seconds of its clock, dropping
+        no session that can go on.
+
+        ``/readyz`` answers 503 at once, and so does the upgrade of any connection that is not
+        for a session this gateway holds (a balancer's retry sends it to another process; a
+        client retries a 503 within its resume window); the sessions it holds are served as
+        before, resumes included. The drain returns once none of them is live, or at the
+        deadline, when each one still live ends with ``session.end`` (reason ``cancelled``,
+        close 1000), or is aborted if it never started. It leaves the gateway listening (the
+        probes still answer): :meth:`close` it then.
+        """
+        self.endpoints.ready = False
+        self._draining = True
+        live = self._live()
+        log.info("OVP gateway draining: %d live sessions, %g s at most", len(live), deadline)
+        if live:
+            waits = [asyncio.ensure_future(session.ended()) for session in live]
+            _, pending = await asyncio.wait(waits, timeout=self.clock.real_seconds(deadline))
+            for wait in pending:
+                wait.cancel()
+        left = [session for session in live if session.over is None]
+        await self._end(left)
+        return Drained(handed_over=0, finished=len(live) - len(left), ended=len(left))
+
     async def close(self) -> None:
-        """Stop listening, close every connection and end the sessions' tasks."""
+        """Stop listening and end every session: a started one with ``session.end`` (reason
+        ``cancelled``, then close 1000, each link given the write timeout to take it), one not
+        started yet aborted (1011); then the sessions' tasks are stopped."""
+        self.endpoints.ready = False
+        self._draining = True
+        await self._end(self._live())
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
@@ -241,6 +276,19 @@ class Gateway:
             await asyncio.gather(self._reaper, return_exceptions=True)
             self._reaper = None
         self._buried.clear()
+
+    def _live(self) -> list[GatewaySession]:
+        return [session for session in self._sessions.values() if session.over is None]
+
+    async def _end(self, ending: list[GatewaySession]) -> None:
+        """End ``ending`` (:meth:`GatewaySession.shut`), then give every session's links the
+        write timeout to deliver what is left (``session.end`` last) and close."""
+        for session in ending:
+            session.shut()
+        held = list(self._sessions.values())
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.clock.real_seconds(self.write_timeout)):
+                await asyncio.gather(*(session.unlinked() for session in held))
 
     async def __aenter__(self) -> Gateway:
         await self.start()
@@ -340,6 +388,9 @@ class Gateway:
             check_session_id(path[len(_PREFIX) :])
         except ValueError:
             return connection.respond(HTTPStatus.NOT_FOUND, "Not an OVP endpoint.\n")
+        if self._draining and path[len(_PREFIX) :] not in self._sessions:
+            # Not a session of this gateway: a balancer's retry (or the client's) goes elsewhere.
+            return connection.respond(HTTPStatus.SERVICE_UNAVAILABLE, "draining\n")
         offered = [
             value.strip()
             for header in request.headers.get_all("Sec-WebSocket-Protocol")

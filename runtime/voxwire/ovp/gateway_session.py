@@ -166,6 +166,11 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives, SessionCounts
                 clock=self._clock,
             )
         self._links: dict[int, Link] = {}
+        self._unlinked = asyncio.Event()
+        """Set while no connection carries the session."""
+        self._unlinked.set()
+        self._ended = asyncio.Event()
+        """Set once the session is over (ended, failed or aborted)."""
         self._inbox: Inbox[ClientMessage | AudioFrame] = Inbox(
             host.max_events, before_wait=self._flush_links
         )
@@ -342,6 +347,7 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives, SessionCounts
                 case SessionOver(detail=detail):
                     log.info("session %s is over: %s", self.session_id, detail)
                     self._inbox.close()
+                    self._ended.set()
                 case _:
                     assert_never(item)
         if (
@@ -451,6 +457,7 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives, SessionCounts
             eager=False,  # the application's sends leave as it waits for its next input
         )
         self._links[link] = way_out
+        self._unlinked.clear()
         self._perform(out)
         deliver = self._inbox.put
 
@@ -508,9 +515,32 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives, SessionCounts
             self._perform(core.link_lost(link, clock.now(), answered_close=answered))
             del self._links[link]
             await way_out.stop()
+            if not self._links:
+                self._unlinked.set()
+
+    def shut(self) -> None:
+        """The gateway stops serving the session: a started one ends with ``session.end``
+        (reason ``cancelled``; its link closes with 1000 once the stream is written), one not
+        started yet is aborted (there is no session.end to send)."""
+        core, now = self._core, self._clock.now()
+        if core.over is not None:
+            return
+        if core.started_at is None:
+            self._perform(core.abort("the gateway is shutting down", now))
+        else:
+            self._perform(core.end(SessionEndReason.CANCELLED, now))
+
+    async def ended(self) -> None:
+        """Wait until the session is over (:attr:`over` is set)."""
+        await self._ended.wait()
+
+    async def unlinked(self) -> None:
+        """Wait until no connection carries the session (each gone, or closed)."""
+        await self._unlinked.wait()
 
     async def stop(self) -> None:
-        """The gateway shuts down: the session is aborted and its handler cancelled."""
+        """The gateway shuts down: what is left of the session is aborted and its handler
+        cancelled (:meth:`shut` first ends a started session cleanly)."""
         self._perform(self._core.abort("the gateway is shutting down", self._clock.now()))
         self._timer.cancel()
         self._handlers.cancel()
