@@ -396,3 +396,41 @@ async def test_every_lease_is_renewed_in_batches_of_at_most_the_bound(
         assert await client.exists(*keys) == leases
         assert max(batches) == RENEW_BATCH  # never more in one call
         assert batches[-1] == (leases % RENEW_BATCH or RENEW_BATCH)  # the rest, last
+
+
+@aio
+async def test_a_session_started_anywhere_is_seen_by_every_watching_process_within_a_heartbeat(
+    redis_server: RedisServer,
+) -> None:
+    redis_server.flush()
+    clock = ScaledClock(20)  # heartbeat 1 s = 50 ms real
+    async with _directory(redis_server, "a", clock) as a, _directory(redis_server, "b", clock) as b:
+        b.watch("ovp")
+        assert not b.seen("ovp", "s1")
+        await a.claim("ovp", "s1")
+        await a.claim("brisvox", "call-1")
+        assert not b.seen("ovp", "s1")  # nothing is asked of Redis: it waits for a heartbeat
+        assert a.seen("ovp", "s1")  # its own claims, at once
+        await clock.sleep(1.5)  # one heartbeat (and a half, for a loaded machine)
+        assert b.seen("ovp", "s1")
+        assert not b.seen("brisvox", "call-1")  # a protocol not watched is not read
+        await a.release("ovp", "s1")
+        await a.claim("ovp", "s1")  # a takeover's claim: the session did not start again
+        assert await redis_server_started(redis_server, "ovp") == ["s1"]
+
+
+async def redis_server_started(server: RedisServer, protocol: str) -> list[str]:
+    """The sessions Redis lists as started for ``protocol``."""
+    async with _client(server) as client:
+        members = await client.zrange(f"voxwire:started:{protocol}", 0, -1)
+    return [member.decode() for member in members]
+
+
+@aio
+async def test_the_memory_directory_has_seen_what_it_claimed() -> None:
+    directory = MemoryDirectory(Owner("solo", "127.0.0.1", 1))
+    directory.watch("ovp")
+    assert not directory.seen("ovp", "s1")
+    await directory.claim("ovp", "s1")
+    await directory.release("ovp", "s1")
+    assert directory.seen("ovp", "s1")

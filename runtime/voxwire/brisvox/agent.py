@@ -509,7 +509,9 @@ class AgentServer:
         if (
             session is None
             and self._cluster is not None
-            and await self._cluster.relayed(link, start.session_id, raw)
+            and await self._cluster.relayed(
+                link, start.session_id, raw, within=self._real_until(core.next_deadline())
+            )
         ):
             return None
         if (

@@ -14,6 +14,7 @@ from voxwire.brisvox.agent_session import AgentLink
 from voxwire.brisvox.constants import MAX_MESSAGE_BYTES
 from voxwire.clock import Clock
 from voxwire.cluster import Directory, StoreUnavailable, other_owner
+from voxwire.cluster.directory import LOOKUP_BUDGET_S
 from voxwire.cluster.relay import RelayFailed, carry, open_relay
 from voxwire.observe.metrics import Metrics
 
@@ -23,6 +24,8 @@ log = logging.getLogger("voxwire.brisvox.agent")
 
 CLUSTER_KEY: Final = "brisvox"
 """The protocol's name in the owner directory (voxwire.cluster), beside OVP's."""
+_ANSWER_S: Final = 0.2
+"""Real seconds of the handshake budget kept for writing the answer after a lookup."""
 
 
 class AgentCluster:
@@ -56,9 +59,14 @@ class AgentCluster:
             # with one process; one landing here still finds the call.
             log.warning("session %s: the owner directory was not updated: %s", session_id, exc)
 
-    async def relayed(self, link: AgentLink, session_id: str, raw: str | bytes) -> bool:
-        """Relay a resumption of a call parked on another live process; False if there is none."""
-        owner = await other_owner(self.directory, CLUSTER_KEY, session_id)
+    async def relayed(
+        self, link: AgentLink, session_id: str, raw: str | bytes, *, within: float | None
+    ) -> bool:
+        """Relay a resumption of a call parked on another live process; False if there is none,
+        or if the directory does not answer in time: ``within`` real seconds, the handshake's
+        budget left (the answer must still meet it), :data:`LOOKUP_BUDGET_S` at most."""
+        budget = LOOKUP_BUDGET_S if within is None else min(LOOKUP_BUDGET_S, within - _ANSWER_S)
+        owner = await other_owner(self.directory, CLUSTER_KEY, session_id, budget=max(0, budget))
         if owner is None:
             return False
         request = link.ws.request

@@ -23,9 +23,11 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
+from collections import deque
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, Protocol, TypeVar
+from typing import TYPE_CHECKING, Final, Protocol, TypeVar, cast
 
 from voxwire.clock import SYSTEM_CLOCK, Clock
 from voxwire.cluster._redis import REFUSED, UNAVAILABLE
@@ -35,6 +37,8 @@ if TYPE_CHECKING:
     from redis.asyncio import Redis
 
 __all__ = [
+    "LOOKUP_BUDGET_S",
+    "REMEMBER_S",
     "RENEW_BATCH",
     "Directory",
     "MemoryDirectory",
@@ -51,6 +55,15 @@ HEARTBEAT_S: Final = 1.0
 """How often a process refreshes its entry."""
 PROCESS_EXPIRY_S: Final = 3.0
 """A process whose entry was not refreshed for this long is taken for dead."""
+LOOKUP_BUDGET_S: Final = 1.0
+"""The longest (real seconds) a resume waits on the directory before it is refused, whatever
+Redis does: within the Brisvox engine's 2 s handshake bound, with room for the answer."""
+REMEMBER_S: Final = 600.0
+"""How long the cluster remembers that a session started (:meth:`Directory.seen`): longer than
+any resume of it can come (an OVP token lives 300 s, and 30 s of clock leeway each way)."""
+_SKEW_MS: Final = 5000
+"""How far apart the processes' wall clocks may be (each heartbeat reads again what was added to
+the list of started sessions this long before the newest entry it read)."""
 
 
 @dataclass(frozen=True)
@@ -81,12 +94,29 @@ class Directory(Protocol):
         """The live owner of ``session_id``, or None (nobody, or an owner that stopped)."""
         ...
 
+    def watch(self, protocol: str) -> None:
+        """Keep track of the sessions of ``protocol`` started anywhere (for :meth:`seen`)."""
+        ...
 
-async def other_owner(directory: Directory, protocol: str, session_id: str) -> Owner | None:
+    def seen(self, protocol: str, session_id: str) -> bool:
+        """Whether ``session_id`` started on some process in the last :data:`REMEMBER_S`, as
+        far as this process has heard (no round trip: a watched protocol is read with each
+        heartbeat). A connection for a session seen is a resume, never a new session."""
+        ...
+
+
+async def other_owner(
+    directory: Directory, protocol: str, session_id: str, *, budget: float = LOOKUP_BUDGET_S
+) -> Owner | None:
     """The live owner of ``session_id`` when it is another process: None when it is this one,
-    nobody, or the directory cannot be read (logged; the caller goes on as one process)."""
+    nobody, or the directory cannot be read within ``budget`` real seconds (logged; the caller
+    goes on as one process)."""
     try:
-        owner = await directory.lookup(protocol, session_id)
+        async with asyncio.timeout(budget):
+            owner = await directory.lookup(protocol, session_id)
+    except TimeoutError:
+        _log.warning("session %s: the owner directory did not answer in %g s", session_id, budget)
+        return None
     except StoreUnavailable as exc:
         _log.warning("session %s: the owner directory cannot be read: %s", session_id, exc)
         return None
@@ -119,6 +149,12 @@ class MemoryDirectory:
     async def lookup(self, protocol: str, session_id: str) -> Owner | None:
         return self._me if (protocol, session_id) in self._claimed else None
 
+    def watch(self, protocol: str) -> None:
+        pass  # one process: what it started, it holds (or knows as ended)
+
+    def seen(self, protocol: str, session_id: str) -> bool:
+        return (protocol, session_id) in self._fences
+
 
 _RELEASE: Final = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -130,9 +166,25 @@ _CLAIM: Final = """
 local fence = redis.call('INCR', KEYS[2])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
 redis.call('SET', KEYS[1], ARGV[1] .. '/' .. fence, 'PX', ARGV[2])
+if fence == 1 then
+  redis.call('ZADD', KEYS[3], ARGV[4], ARGV[5])
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[4] - ARGV[6])
+end
 return fence
 """
-"""Take the next fencing token of the session and write the owner entry with it."""
+"""Take the next fencing token of the session and write the owner entry with it; the first claim
+of a session adds it to the protocol's sessions started (scored with the wall clock in ms), and
+forgets those started longer ago than the cluster remembers."""
+
+_LOOKUP: Final = """
+local held = redis.call('GET', KEYS[1])
+if not held then return false end
+local process = string.match(held, '^(.*)/%d+$')
+local entry = redis.call('GET', KEYS[2] .. process)
+if not entry then return false end
+return {process, entry}
+"""
+"""The owner of a session and its address, in one round trip (false: nobody, or gone)."""
 
 _RENEW: Final = """
 local lost = {}
@@ -200,8 +252,13 @@ class RedisDirectory:
         self._release = redis.register_script(_RELEASE)
         self._claim = redis.register_script(_CLAIM)
         self._renew = redis.register_script(_RENEW)
+        self._lookup = redis.register_script(_LOOKUP)
         self._leases: dict[str, _Lease] = {}
         self._task: asyncio.Task[None] | None = None
+        self._watched: dict[str, float] = {}
+        """Each watched protocol, with the newest start read of it (wall clock, ms)."""
+        self._seen: dict[tuple[str, str], float] = {}
+        self._seen_order: deque[tuple[float, tuple[str, str]]] = deque()
 
     @property
     def me(self) -> Owner:
@@ -236,12 +293,16 @@ class RedisDirectory:
         renews. The claim's fencing token, one more than the session's last."""
         key = self._owner_key(protocol, session_id)
         fence_key = f"{self._prefix}:fence:{protocol}:{session_id}"
-        args: list[str | int] = [
+        args: list[str | int | float] = [
             self._me.process_id,
             self._real_ms(self._expiry),
             _FENCE_LIFETIME_MS,
+            int(time.time() * 1000),
+            session_id,
+            int(REMEMBER_S * 1000),
         ]
-        fence = int(await self._call(self._claim(keys=[key, fence_key], args=args)))
+        keys = [key, fence_key, self._started_key(protocol)]
+        fence = int(await self._call(self._claim(keys=keys, args=args)))
         until = None if ttl is None else self._clock.now() + ttl
         self._leases[key] = _Lease(protocol, session_id, f"{self._me.process_id}/{fence}", until)
         return fence
@@ -259,16 +320,22 @@ class RedisDirectory:
         return lease is not None and (lease.until is None or self._clock.now() < lease.until)
 
     async def lookup(self, protocol: str, session_id: str) -> Owner | None:
-        held = await self._call(self._redis.get(self._owner_key(protocol, session_id)))
-        if held is None:
-            return None
-        value = held.decode() if isinstance(held, bytes) else str(held)
-        process_id = value.rpartition("/")[0]
-        entry = await self._call(self._redis.get(self._process_key(process_id)))
-        if entry is None:
-            return None  # its heartbeat stopped: the process is gone
+        keys = [self._owner_key(protocol, session_id), self._process_key("")]
+        found = await self._call(self._lookup(keys=keys))
+        if not found:
+            return None  # nobody, or an owner whose heartbeat stopped: the process is gone
+        process, entry = (_text(part) for part in found)
         address = json.loads(entry)
-        return Owner(process_id, str(address["host"]), int(address["port"]))
+        return Owner(process, str(address["host"]), int(address["port"]))
+
+    def watch(self, protocol: str) -> None:
+        """Read the sessions of ``protocol`` started anywhere with every heartbeat from now on."""
+        self._watched.setdefault(protocol, 0.0)
+
+    def seen(self, protocol: str, session_id: str) -> bool:
+        return (protocol, session_id) in self._seen or (
+            self._owner_key(protocol, session_id) in self._leases
+        )
 
     async def _run(self) -> None:
         while True:
@@ -285,6 +352,8 @@ class RedisDirectory:
         entry = json.dumps({"host": self._me.host, "port": self._me.port})
         key = self._process_key(self._me.process_id)
         await self._call(self._redis.set(key, entry, px=self._real_ms(self._expiry)))
+        for protocol in list(self._watched):
+            await self._read_started(protocol)
         now = self._clock.now()
         for owner_key in [
             k for k, v in self._leases.items() if v.until is not None and now >= v.until
@@ -304,6 +373,26 @@ class RedisDirectory:
             values = [lease.value for _, lease in leases]
             lost = await self._call(self._renew(keys=keys, args=[expiry, *values]))
             self._give_up([leases[int(position) - 1] for position in lost])
+
+    async def _read_started(self, protocol: str) -> None:
+        """Add what was added to ``protocol``'s sessions started since the last read (and a
+        little before, for the clocks' skew); forget those the cluster no longer remembers."""
+        newest = self._watched[protocol]
+        low = f"({newest - _SKEW_MS}" if newest else "-inf"
+        started = await self._call(
+            self._redis.zrangebyscore(self._started_key(protocol), low, "+inf", withscores=True)
+        )
+        for member, score in cast("list[tuple[bytes, float]]", started):
+            key = (protocol, _text(member))
+            if key not in self._seen:
+                self._seen_order.append((score, key))
+            self._seen[key] = score
+            newest = max(newest, score)
+        self._watched[protocol] = newest
+        cutoff, order = (time.time() - REMEMBER_S) * 1000, self._seen_order
+        while order and order[0][0] < cutoff:
+            _, key = order.popleft()
+            self._seen.pop(key, None)
 
     def _give_up(self, lost: list[tuple[str, _Lease]]) -> None:
         """Forget the leases another claim took, unless this process claimed again since."""
@@ -331,3 +420,10 @@ class RedisDirectory:
 
     def _process_key(self, process_id: str) -> str:
         return f"{self._prefix}:process:{process_id}"
+
+    def _started_key(self, protocol: str) -> str:
+        return f"{self._prefix}:started:{protocol}"
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -21,7 +21,7 @@ from voxwire.ovp.client_core import ServerEvent
 from voxwire.ovp.gateway_core import ClientEvent, Resumed
 from voxwire.sansio import Action, Close, SendBinary, SendText
 
-__all__ = ["count_read", "open_link", "perform"]
+__all__ = ["count_read", "open_link", "perform", "refuse"]
 
 
 def open_link(
@@ -109,3 +109,21 @@ _READ: Final[dict[type, str]] = {
     Resumed: "message",
 }
 """The outputs that carry what they were read from, and its field."""
+
+
+async def refuse(
+    ws: Connection,
+    clock: Clock,
+    actions: Sequence[Action],
+    *,
+    write_timeout: float,
+    keepalive: float,
+    name: str,
+) -> None:
+    """Answer a connection with a refusal (``actions``: an error, then a close) and wait until it
+    is closed (the write timeout bounds it)."""
+    link = open_link(ws, clock, write_timeout=write_timeout, keepalive=keepalive, name=name)
+    for action in actions:
+        perform(link, action)
+    await link.wait_closed()
+    await link.stop()

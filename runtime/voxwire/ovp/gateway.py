@@ -42,18 +42,15 @@ from websockets.http11 import Request, Response
 
 from voxwire.capture import Record
 from voxwire.clock import SYSTEM_CLOCK, Clock
-from voxwire.cluster import Directory, StoreUnavailable, other_owner
-from voxwire.cluster.relay import RelayFailed, carry, open_relay
+from voxwire.cluster import Directory
 from voxwire.hosts import is_loopback
 from voxwire.lifecycle import Drained
-from voxwire.link import Keepalive
 from voxwire.observe.endpoints import Endpoints
 from voxwire.observe.metrics import Metrics
 from voxwire.ovp import (
     ENDPOINT_PATH,
     MAX_RECEIVE_BYTES,
     MAX_TOKEN_LIFETIME_S,
-    PING_INTERVAL_MS,
     SILENCE_TIMEOUT_MS,
     SUBPROTOCOL,
     SUBPROTOCOL_ALIAS,
@@ -65,7 +62,8 @@ from voxwire.ovp import (
     SessionPatch,
 )
 from voxwire.ovp._session import SessionStateError, check_session_id
-from voxwire.ovp._transport import open_link, perform
+from voxwire.ovp._transport import refuse
+from voxwire.ovp.gateway_cluster import GatewayCluster
 from voxwire.ovp.gateway_core import refuse_token
 from voxwire.ovp.gateway_session import GatewayConnection, GatewayHost, GatewaySession
 from voxwire.ovp.gateway_tokens import (
@@ -100,11 +98,6 @@ _PREFIX: Final = ENDPOINT_PATH.split("{", 1)[0]
 # An ended session's id is remembered as long as a token for it can still be valid, so a late
 # resume is refused (OVP_RESUME_EXPIRED) rather than starting the session anew.
 _TOMBSTONE_S: Final = MAX_TOKEN_LIFETIME_S + 2 * TOKEN_CLOCK_LEEWAY_S
-_CLUSTER_KEY: Final = "ovp"
-"""The protocol's name in the owner directory (voxwire.cluster), beside Brisvox's."""
-_OWNERSHIP_S: Final = 24 * 3600.0
-"""How long an owner entry lives unrefreshed. Liveness is the owner process's heartbeat, so a
-dead process's entries are no owner at once; this only bounds what a crash leaves in Redis."""
 
 
 def select_subprotocol(offered: Iterable[str]) -> str | None:
@@ -180,7 +173,17 @@ class Gateway:
         """``/healthz``, ``/readyz`` and ``/metrics`` on the gateway's port."""
         self._server: Server | None = None
         self._sessions: dict[str, GatewaySession] = {}
-        self._owning: set[asyncio.Task[None]] = set()
+        self._cluster = (
+            None
+            if directory is None
+            else GatewayCluster(
+                directory,
+                clock=clock,
+                keepalive=keepalive,
+                write_timeout=write_timeout,
+                metrics=self.metrics,
+            )
+        )
         # The ended sessions in the order they ended, each forgotten _TOMBSTONE_S after: one
         # task for all of them (started with the first), none per session.
         self._buried: deque[tuple[float, GatewaySession]] = deque()
@@ -318,63 +321,8 @@ class Gateway:
     def _forget(self, session: GatewaySession) -> None:
         if self._sessions.get(session.session_id) is session:
             del self._sessions[session.session_id]
-            self._own(session.session_id, owned=False)
-
-    # -- several processes (voxwire.cluster) ----------------------------------------------------
-
-    def _own(self, session_id: str, *, owned: bool) -> None:
-        """Record (or forget) this gateway as the owner of ``session_id``, in a task."""
-        if self.directory is None:
-            return
-        directory = self.directory
-
-        async def update() -> None:
-            try:
-                if owned:
-                    await directory.claim(_CLUSTER_KEY, session_id, _OWNERSHIP_S)
-                else:
-                    await directory.release(_CLUSTER_KEY, session_id)
-            except StoreUnavailable as exc:
-                # Not recorded: a resume landing on another process is refused there
-                # (OVP_RESUME_EXPIRED), as with one process; one landing here still works.
-                log.warning("session %s: the owner directory was not updated: %s", session_id, exc)
-
-        task = asyncio.create_task(update(), name=f"ovp-own-{session_id}")
-        self._owning.add(task)
-        task.add_done_callback(self._owning.discard)
-
-    async def _relayed(self, ws: ServerConnection, session_id: str) -> bool:
-        """Relay ``ws`` to the live process that holds ``session_id``; False if there is none."""
-        if self.directory is None:
-            return False
-        owner = await other_owner(self.directory, _CLUSTER_KEY, session_id)
-        if owner is None:
-            return False
-        assert ws.request is not None
-        try:
-            # The token form: the relay is a voxwire client, and the owner answers it alike.
-            upstream = await open_relay(
-                owner, ws.request.path, subprotocol=SUBPROTOCOL_ALIAS, max_size=MAX_RECEIVE_BYTES
-            )
-        except RelayFailed as exc:
-            log.warning(
-                "session %s: held by %s, which cannot be reached: %s",
-                session_id,
-                owner.process_id,
-                exc,
-            )
-            return False
-        log.info("session %s: held by %s; relaying the connection", session_id, owner.process_id)
-        # The gateway's own rule (voxwire.ovp._transport.open_link): silent for `keepalive`
-        # seconds is dropped, pinged as the spec's interval is to its silence timeout.
-        keepalive = Keepalive(
-            ping_interval=self.keepalive * PING_INTERVAL_MS / SILENCE_TIMEOUT_MS,
-            silence_timeout=self.keepalive,
-            now=self.clock.now(),
-        )
-        with self.metrics.relaying(session_id):
-            await carry(ws, upstream, owner, keepalive=keepalive, clock=self.clock)
-        return True
+            if self._cluster is not None:
+                self._cluster.own(session.session_id, owned=False)
 
     def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
         """Route the path, check the subprotocol; the token waits for the handshake's end."""
@@ -438,26 +386,26 @@ class Gateway:
         except TokenRejected as exc:
             log.info("session %s: refused a connection: %s", session_id, exc)
             self.metrics.refused(ErrorCode.OVP_AUTH_FAILED)
-            link = open_link(
+            now = self.clock.now()
+            await refuse(
                 ws,
                 self.clock,
+                refuse_token(session_id, str(exc), epoch=time.time() - now, now=now),
                 write_timeout=self.write_timeout,
                 keepalive=self.keepalive,
                 name=f"OVP session {session_id} refusal",
             )
-            for action in refuse_token(
-                session_id, str(exc), epoch=time.time() - self.clock.now(), now=self.clock.now()
-            ):
-                perform(link, action)
-            await link.wait_closed()
-            await link.stop()
             return
-        if session is None and await self._relayed(ws, session_id):
+        cluster = self._cluster
+        if session is None and cluster is not None and cluster.started_elsewhere(session_id):
+            # A resume (the session started somewhere): nothing starts here.
+            await cluster.resume_elsewhere(ws, session_id)
             return
         if session is None:
             session = GatewaySession(self._host(), claims)
             self._sessions[session_id] = session
-            self._own(session_id, owned=True)
+            if cluster is not None:
+                cluster.own(session_id, owned=True)
             session.launch()
         await session.serve(ws)
 
