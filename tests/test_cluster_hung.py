@@ -8,15 +8,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import signal
 import time
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
+from websockets.exceptions import ConnectionClosed
 
 from tests.peers.raw import RawEngine, frame, start
 from tests.servers import RedisServer, free_port, start_redis
-from tests.test_ovp_support import AGENT, CALL, SECRET, eventually, ovp_client, run, token
+from tests.test_cluster_stores import _client
+from tests.test_ovp_support import (
+    AGENT,
+    CALL,
+    SECRET,
+    event,
+    eventually,
+    ovp_client,
+    raw_connect,
+    run,
+    token,
+)
 from tests.timing import Lateness
 from voxwire import brisvox, ovp
 from voxwire.brisvox.agent import AgentServer, AgentSession
@@ -132,6 +146,51 @@ def test_ovp_with_redis_hung_a_new_session_starts_at_once_and_a_resume_elsewhere
     assert failure.code == ovp.ErrorCode.OVP_RESUME_EXPIRED
     assert refused < LOOKUP_BUDGET_S + 0.5  # the directory's budget, then the refusal at once
     assert calls == {"A": 2}  # no phantom on B: its handler never ran
+
+
+@pytest.mark.parametrize("owner", ["gone", "unreachable"])
+def test_ovp_a_resume_that_cannot_be_relayed_starts_nothing_where_it_landed(
+    hung_redis: RedisServer, owner: str
+) -> None:
+    """The owner's heartbeat stopped (gone), or it is alive in the directory but its port
+    refuses the relay (unreachable): the resume is refused before anything starts on B."""
+    hung_redis.flush()
+    calls: dict[str, int] = {}
+    session_id = f"ovps_phantom_{owner}"
+
+    async def main() -> tuple[list[dict[str, Any]], int | None, list[str], bytes | None]:
+        async with _gateways(hung_redis, calls) as (a, b):
+            client = ovp_client(a.url, session_id=session_id, tok=lambda: _tok(session_id))
+            await client.connect()
+            assert b.directory is not None
+            await eventually(lambda: b.directory.seen("ovp", session_id))  # type: ignore[union-attr]
+            assert isinstance(a.directory, RedisDirectory)
+            if owner == "gone":
+                await a.directory.close()  # A's heartbeat stops: within 1 s it is no owner
+                await asyncio.sleep(1.2)
+            else:
+                assert a._server is not None
+                a._server.close()  # A listens no more; its heartbeat goes on
+            ws = await raw_connect(f"{b.url}/voice/ws/{session_id}?token={token(session_id)}")
+            await ws.send(event("session.resume", 7, session_id=session_id, last_server_seq=3))
+            answers = []
+            with contextlib.suppress(ConnectionClosed):
+                async for text in ws:
+                    answers.append(json.loads(text))
+            held_by_b = list(b.sessions)
+            async with _client(hung_redis) as redis:
+                fence = await redis.get(f"voxwire:fence:ovp:{session_id}")
+            await client.close()
+        return answers, ws.close_code, held_by_b, fence
+
+    answers, code, held_by_b, fence = run(main(), timeout=60)
+    assert [(a["type"], a["code"], a["seq"]) for a in answers] == [
+        ("error", ovp.ErrorCode.OVP_RESUME_EXPIRED, 4)
+    ]  # no session.start, no event: one refusal, outside the stream
+    assert code == 1008
+    assert held_by_b == []
+    assert calls == {"A": 1}  # B's handler never ran
+    assert fence == b"1"  # one claim ever, A's: B claimed nothing
 
 
 # -- the Brisvox agent side ---------------------------------------------------------------------

@@ -279,11 +279,13 @@ class RedisDirectory:
 
     async def close(self) -> None:
         """Stop the heartbeat and remove this process's entry: its sessions have no owner now."""
-        if self._task is not None:
-            self._task.cancel()
+        task, self._task = self._task, None
+        if task is not None:
+            # The loop ends at its next turn even when the redis client swallowed the cancel
+            # (it may turn a cancel in the middle of a call into a connection error).
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+                await task
         with contextlib.suppress(*UNAVAILABLE, REFUSED):
             await self._redis.delete(self._process_key(self._me.process_id))
 
@@ -338,7 +340,7 @@ class RedisDirectory:
         )
 
     async def _run(self) -> None:
-        while True:
+        while self._task is not None:
             await self._clock.sleep(self._heartbeat)
             try:
                 await self._beat()
