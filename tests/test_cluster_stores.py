@@ -174,10 +174,60 @@ async def test_a_seq_that_does_not_increase_is_refused(make_store: StoreFactory)
 
 
 @aio
+async def test_events_extended_in_one_call_are_held_as_appended_one_by_one(
+    make_store: StoreFactory,
+) -> None:
+    async with make_store(ReplayBounds(max_events=5)) as store:
+        await store.extend("s1", [])  # nothing to store: no call at all
+        await store.extend("s1", [(seq, _event(seq)) for seq in range(4)])
+        await store.extend("s1", [(seq, _event(seq)) for seq in range(4, 7)])
+        assert await store.read_after("s1", 0) is None  # seq 0 and 1 trimmed to the bound
+        assert (await store.read_after("s1", 1)).events == [_event(s) for s in range(2, 7)]  # type: ignore[union-attr]
+        with pytest.raises(ValueError, match="seq 6 is not after 6"):
+            await store.extend("s1", [(6, _event(6))])
+        assert (await store.read_after("s1", 5)).last_seq == 6  # type: ignore[union-attr]
+
+
+@aio
+async def test_a_resume_state_lives_beside_its_events(make_store: StoreFactory) -> None:
+    clock = ManualClock()
+    async with make_store(ReplayBounds(ttl_ms=30_000), clock) as store:
+        assert await store.load_state("s1") is None
+        await store.save_state("s1", b"before any event")  # a Brisvox call keeps no events
+        assert await store.load_state("s1") == b"before any event"
+        await store.extend("s1", [(0, _event(0))], state=b"\x00state 2")  # one call
+        assert await store.load_state("s1") == b"\x00state 2"
+        assert (await store.read_after("s1", -1)).events == [_event(0)]  # type: ignore[union-attr]
+        clock.t += 29.0
+        assert await store.load_state("s1") == b"\x00state 2"
+        await store.forget("s1")
+        assert await store.load_state("s1") is None
+
+
+@aio
+async def test_after_a_redis_restart_no_state_from_before_is_served(
+    redis_server: RedisServer,
+) -> None:
+    client = connect_redis(redis_server.url)
+    try:
+        await client.flushdb()
+        store = RedisReplayStore(client)
+        await store.save_state("s1", b"state")
+        redis_server.restart()
+        assert await store.load_state("s1") is None
+        await store.save_state("s1", b"again")  # a new epoch
+        assert await store.load_state("s1") == b"again"
+    finally:
+        await client.aclose()
+
+
+@aio
 async def test_the_redis_ttl_is_set(redis_server: RedisServer) -> None:
     async with _client(redis_server) as client:
         await client.flushdb()
         store = RedisReplayStore(client, bounds=ReplayBounds(ttl_ms=5_000))
+        await store.save_state("s2", b"state")  # a state alone expires as a history does
+        assert 0 < await client.pttl("voxwire:ovp:replay-meta:s2") <= 5_000
         await store.open()
         await store.append("s1", 0, _event(0))
         assert 0 < await client.pttl("voxwire:ovp:replay:s1") <= 5_000

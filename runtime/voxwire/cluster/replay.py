@@ -1,11 +1,14 @@
-"""The OVP replay store: every event a session sent, bounded, for a resume on any process.
+"""The replay store: every event a session sent, bounded, and its resume state, for a resume on
+any process.
 
 A :class:`ReplayStore` keeps, per session, the encoded server events in seq order, within the
 bounds of the in-memory replay buffer (:class:`ReplayBounds`: at most ``REPLAY_BUFFER_MAX_EVENTS``
 events, ``REPLAY_BUFFER_MAX_BYTES`` bytes and ``REPLAY_BUFFER_MAX_AGE_MS`` of age, oldest first).
 :meth:`ReplayStore.read_after` answers a resume: every event after ``last_seq``, or ``None``
 when the store cannot serve them all (trimmed, lost, expired, or ``last_seq`` ahead of what it
-holds). Fail closed: a partial replay is never returned.
+holds). Fail closed: a partial replay is never returned. Beside the events it keeps the session's
+resume state (:meth:`ReplayStore.save_state`): the bytes another process needs to take the
+session over, opaque to the store (the OVP gateway's and the Brisvox agent's serialized state).
 
 :class:`MemoryReplayStore` is the reference, for one process and for tests;
 :class:`RedisReplayStore` keeps one Redis stream per session, appended and trimmed by one script
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import secrets
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Protocol
 
@@ -67,13 +71,28 @@ class Replay:
 
 
 class ReplayStore(Protocol):
-    """Where a gateway keeps what it sent, for a resume on this process or another."""
+    """Where a session's sent events and resume state are kept, for a resume on any process."""
 
     async def append(self, session_id: str, seq: int, data: bytes) -> None:
         """Store event ``seq`` (greater than any stored for the session) and trim to bounds.
 
         Raises :class:`StoreUnavailable` when the store cannot be reached.
         """
+        ...
+
+    async def extend(
+        self, session_id: str, events: Sequence[tuple[int, bytes]], *, state: bytes | None = None
+    ) -> None:
+        """Store ``events`` (seq, data), in order, as :meth:`append` stores each, and ``state``
+        as :meth:`save_state` does, in one call."""
+        ...
+
+    async def save_state(self, session_id: str, state: bytes) -> None:
+        """Keep ``state`` as the session's resume state (it lives as long as its events)."""
+        ...
+
+    async def load_state(self, session_id: str) -> bytes | None:
+        """The session's resume state, or None (never saved, forgotten, expired, or lost)."""
         ...
 
     async def read_after(self, session_id: str, last_seq: int) -> Replay | None:
@@ -102,6 +121,7 @@ class MemoryReplayStore:
         self.bounds = bounds
         self._clock = clock
         self._sessions: dict[str, _History] = {}
+        self._states: dict[str, tuple[bytes, float]] = {}
 
     async def append(self, session_id: str, seq: int, data: bytes) -> None:
         now = self._clock.now() * 1000
@@ -117,6 +137,26 @@ class MemoryReplayStore:
         history.touched = now
         self._trim(history, now)
 
+    async def extend(
+        self, session_id: str, events: Sequence[tuple[int, bytes]], *, state: bytes | None = None
+    ) -> None:
+        for seq, data in events:
+            await self.append(session_id, seq, data)
+        if state is not None:
+            await self.save_state(session_id, state)
+
+    async def save_state(self, session_id: str, state: bytes) -> None:
+        self._states[session_id] = (state, self._clock.now() * 1000)
+
+    async def load_state(self, session_id: str) -> bytes | None:
+        found = self._states.get(session_id)
+        history = self._sessions.get(session_id)
+        touched = max(found[1], history.touched if history else 0.0) if found else 0.0
+        if found is None or self._clock.now() * 1000 - touched > self.bounds.ttl_ms:
+            self._states.pop(session_id, None)
+            return None
+        return found[0]
+
     async def read_after(self, session_id: str, last_seq: int) -> Replay | None:
         now = self._clock.now() * 1000
         history = self._live(session_id, now)
@@ -129,6 +169,7 @@ class MemoryReplayStore:
 
     async def forget(self, session_id: str) -> None:
         self._sessions.pop(session_id, None)
+        self._states.pop(session_id, None)
 
     def _live(self, session_id: str, now: float) -> _History | None:
         history = self._sessions.get(session_id)
@@ -150,11 +191,13 @@ class MemoryReplayStore:
 
 
 # Redis refuses the stream id 0-0, and OVP's first seq is 0: an event's id is (seq + 1)-0.
+# ARGV: now, the bounds, the ttl, the epoch, the resume state ('' for none), then a seq and its
+# data for each event, in order.
 _APPEND: Final = """
 local stream, meta, epoch_key = KEYS[1], KEYS[2], KEYS[3]
-local seq, data, now = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
-local max_events, max_bytes, max_age = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local ttl, epoch = tonumber(ARGV[7]), ARGV[8]
+local now = tonumber(ARGV[1])
+local max_events, max_bytes, max_age = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local ttl, epoch, state = tonumber(ARGV[5]), ARGV[6], ARGV[7]
 if redis.call('GET', epoch_key) ~= epoch then return redis.error_reply('EPOCH') end
 local last = redis.call('HGET', meta, 'last')
 if last and redis.call('HGET', meta, 'epoch') ~= epoch then
@@ -163,16 +206,23 @@ if last and redis.call('HGET', meta, 'epoch') ~= epoch then
   last = false
 end
 if not last then
-  -- A history that starts later than seq 0 (or that Redis lost) holds nothing before seq.
-  redis.call('HSET', meta, 'epoch', epoch, 'bytes', 0, 'last', -1, 'trimmed', seq - 1)
+  -- A history that starts later than seq 0 (or that Redis lost) holds nothing before it.
+  redis.call('HSET', meta, 'epoch', epoch, 'bytes', 0, 'last', -1, 'trimmed', tonumber(ARGV[8]) - 1)
   last = -1
 end
-if seq <= tonumber(last) then
-  return redis.error_reply('SEQ ' .. seq .. ' is not after ' .. last)
+last = tonumber(last)
+local bytes = tonumber(redis.call('HGET', meta, 'bytes'))
+for i = 8, #ARGV, 2 do
+  local seq, data = tonumber(ARGV[i]), ARGV[i + 1]
+  if seq <= last then
+    redis.call('HSET', meta, 'last', last, 'bytes', bytes)
+    return redis.error_reply('SEQ ' .. seq .. ' is not after ' .. last)
+  end
+  redis.call('XADD', stream, (seq + 1) .. '-0', 'd', data, 't', now)
+  last, bytes = seq, bytes + #data
 end
-redis.call('XADD', stream, (seq + 1) .. '-0', 'd', data, 't', now)
-redis.call('HSET', meta, 'last', seq)
-local bytes = redis.call('HINCRBY', meta, 'bytes', #data)
+redis.call('HSET', meta, 'last', last, 'bytes', bytes)
+if state ~= '' then redis.call('HSET', meta, 'state', state) end
 local count = redis.call('XLEN', stream)
 while count > 0 do
   local first = redis.call('XRANGE', stream, '-', '+', 'COUNT', 1)[1]
@@ -189,6 +239,26 @@ end
 redis.call('PEXPIRE', stream, ttl)
 redis.call('PEXPIRE', meta, ttl)
 return count
+"""
+
+_SAVE_STATE: Final = """
+local stream, meta, epoch_key = KEYS[1], KEYS[2], KEYS[3]
+local epoch = redis.call('GET', epoch_key)
+if not epoch then return redis.error_reply('EPOCH') end
+if redis.call('HGET', meta, 'epoch') ~= epoch then
+  -- No history yet, or one from before the store lost data: the state starts it.
+  redis.call('DEL', stream, meta)
+  redis.call('HSET', meta, 'epoch', epoch)
+end
+redis.call('HSET', meta, 'state', ARGV[1])
+redis.call('PEXPIRE', meta, ARGV[2])
+return 1
+"""
+
+_LOAD_STATE: Final = """
+local epoch = redis.call('GET', KEYS[2])
+if not epoch or redis.call('HGET', KEYS[1], 'epoch') ~= epoch then return false end
+return redis.call('HGET', KEYS[1], 'state')
 """
 
 _READ: Final = """
@@ -233,6 +303,8 @@ class RedisReplayStore:
         self._clock = clock
         self._append = redis.register_script(_APPEND)
         self._read = redis.register_script(_READ)
+        self._save_state = redis.register_script(_SAVE_STATE)
+        self._load_state = redis.register_script(_LOAD_STATE)
 
     async def open(self) -> str:
         """Join the store's epoch, making one if Redis has none (a fresh or restarted Redis)."""
@@ -248,20 +320,34 @@ class RedisReplayStore:
         return self.epoch
 
     async def append(self, session_id: str, seq: int, data: bytes) -> None:
+        await self.extend(session_id, [(seq, data)])
+
+    async def extend(
+        self, session_id: str, events: Sequence[tuple[int, bytes]], *, state: bytes | None = None
+    ) -> None:
+        """Append ``events`` in one script call (one round trip, atomic): what a gateway sent
+        since its last call, each trimmed to the bounds as :meth:`append` does, with the
+        session's resume ``state`` beside them."""
+        if not events:
+            if state is not None:
+                await self.save_state(session_id, state)
+            return
         epoch = self.epoch if self.epoch is not None else await self.open()
+        pairs = [part for seq, data in events for part in (seq, data)]
+        b = self.bounds
         for attempt in range(2):
             try:
                 await self._append(
                     keys=self._keys(session_id),
                     args=[
-                        seq,
-                        data,
                         self._now_ms(),
-                        self.bounds.max_events,
-                        self.bounds.max_bytes,
-                        self.bounds.max_age_ms,
-                        self.bounds.ttl_ms,
+                        b.max_events,
+                        b.max_bytes,
+                        b.max_age_ms,
+                        b.ttl_ms,
                         epoch,
+                        b"" if state is None else state,
+                        *pairs,
                     ],
                 )
                 return
@@ -280,6 +366,31 @@ class RedisReplayStore:
                         f"session {session_id}: seq {text.removeprefix('SEQ ')}"
                     ) from None
                 raise StoreUnavailable(f"the replay store refused an append: {text}") from exc
+
+    async def save_state(self, session_id: str, state: bytes) -> None:
+        if self.epoch is None:
+            await self.open()
+        for attempt in range(2):
+            try:
+                await self._save_state(
+                    keys=self._keys(session_id), args=[state, self.bounds.ttl_ms]
+                )
+                return
+            except REFUSED as exc:
+                if str(exc).startswith("EPOCH") and attempt == 0:
+                    await self.open()  # Redis lost the store's data: join its new epoch
+                    continue
+                raise StoreUnavailable(f"the replay store refused a state: {exc}") from exc
+            except UNAVAILABLE as exc:
+                raise StoreUnavailable(f"the replay store cannot keep a state: {exc}") from exc
+
+    async def load_state(self, session_id: str) -> bytes | None:
+        _, meta, epoch = self._keys(session_id)
+        try:
+            found = await self._load_state(keys=[meta, epoch])
+        except (*UNAVAILABLE, REFUSED) as exc:
+            raise StoreUnavailable(f"the replay store cannot be read: {exc}") from exc
+        return None if found is None else bytes(found)
 
     async def read_after(self, session_id: str, last_seq: int) -> Replay | None:
         if self.epoch is None:

@@ -42,7 +42,7 @@ from websockets.http11 import Request, Response
 
 from voxwire.capture import Record
 from voxwire.clock import SYSTEM_CLOCK, Clock
-from voxwire.cluster import Directory
+from voxwire.cluster import Directory, ReplayStore
 from voxwire.hosts import is_loopback
 from voxwire.lifecycle import Drained
 from voxwire.observe.endpoints import Endpoints
@@ -137,6 +137,13 @@ class Gateway:
         directory: With several gateway processes (``voxwire.cluster``): each session this
             gateway holds is recorded as its own, and a connection for a session another live
             process holds is relayed there (the token is checked here first).
+        store: With a directory: where every session's events and resume state are saved as
+            they go (``voxwire.cluster.RedisReplayStore``), so another process can take a
+            session over when this one drains or dies.
+        on_takeover: With a store: runs each session this gateway takes over from another
+            process, instead of ``handler`` (the session has started: rebuild the
+            application's own state from it, then go on as ``handler`` would). Without it, a
+            resume whose owner is gone is refused (``OVP_RESUME_EXPIRED``).
     """
 
     def __init__(
@@ -154,8 +161,13 @@ class Gateway:
         ssl: Any = None,
         record: Record = None,
         directory: Directory | None = None,
+        store: ReplayStore | None = None,
+        on_takeover: SessionHandler | None = None,
     ) -> None:
+        if store is not None and directory is None:
+            raise GatewayConfigError("a store needs a directory: who holds a session is in it")
         self.handler = handler
+        self.on_takeover = on_takeover
         self._secret = check_secret(secret)
         self.host = host
         self._port = port
@@ -178,9 +190,11 @@ class Gateway:
             if directory is None
             else GatewayCluster(
                 directory,
+                store,
                 clock=clock,
                 keepalive=keepalive,
                 write_timeout=write_timeout,
+                takes_over=on_takeover is not None,
                 metrics=self.metrics,
             )
         )
@@ -252,6 +266,8 @@ class Gateway:
         self._draining = True
         live = self._live()
         log.info("OVP gateway draining: %d live sessions, %g s at most", len(live), deadline)
+        handed = await self._hand_over(live)
+        live = [session for session in live if session not in handed]
         if live:
             waits = [asyncio.ensure_future(session.ended()) for session in live]
             _, pending = await asyncio.wait(waits, timeout=self.clock.real_seconds(deadline))
@@ -259,7 +275,19 @@ class Gateway:
                 wait.cancel()
         left = [session for session in live if session.over is None]
         await self._end(left)
-        return Drained(handed_over=0, finished=len(live) - len(left), ended=len(left))
+        return Drained(len(handed), finished=len(live) - len(left), ended=len(left))
+
+    async def _hand_over(self, sessions: list[GatewaySession]) -> list[GatewaySession]:
+        """Hand each of ``sessions`` that can move to the store (a store is needed); the ones
+        handed over, which this gateway no longer holds."""
+        cluster = self._cluster
+        if cluster is None or cluster.store is None:
+            return []
+        moved = await asyncio.gather(*(cluster.hand_over(session) for session in sessions))
+        handed = [session for session, done in zip(sessions, moved, strict=True) if done]
+        for session in handed:
+            del self._sessions[session.session_id]
+        return handed
 
     async def close(self) -> None:
         """Stop listening and end every session: a started one with ``session.end`` (reason
@@ -274,6 +302,8 @@ class Gateway:
         for session in list(self._sessions.values()):
             await session.stop()
         self._sessions.clear()
+        if self._cluster is not None:
+            await self._cluster.close()
         if self._reaper is not None:
             self._reaper.cancel()
             await asyncio.gather(self._reaper, return_exceptions=True)
@@ -398,8 +428,14 @@ class Gateway:
             return
         cluster = self._cluster
         if session is None and cluster is not None and cluster.started_elsewhere(session_id):
-            # A resume (the session started somewhere): nothing starts here.
-            await cluster.resume_elsewhere(ws, session_id)
+            # A resume (the session started somewhere): relayed, refused, or taken over.
+            taken = await cluster.resume_elsewhere(ws, claims)
+            if taken is None or self.on_takeover is None:
+                return
+            session = GatewaySession(self._host(), claims, taken)
+            self._sessions[session_id] = session
+            session.launch(self.on_takeover)
+            await session.serve(ws, first=taken.first)
             return
         if session is None:
             session = GatewaySession(self._host(), claims)
@@ -422,4 +458,7 @@ class Gateway:
             bury=self._bury,
             forget=self._forget,
             metrics=self.metrics,
+            persist=None
+            if self._cluster is None or self._cluster.store is None
+            else self._cluster.persist,
         )

@@ -57,6 +57,7 @@ from voxwire.ovp.gateway_core import (
     ToLink,
 )
 from voxwire.ovp.gateway_periodic import QualityMeter
+from voxwire.ovp.gateway_state import TakenOver, restore
 from voxwire.ovp.gateway_tokens import TokenClaims
 from voxwire.ovp.roles import GatewayReceives, GatewaySends
 from voxwire.sansio import Ignored, SendBinary
@@ -96,6 +97,8 @@ class GatewayHost:
     """The tombstone's time is up: the gateway lets the session go."""
     metrics: Metrics | None = None
     """The gateway's metrics: the session's statistics are read there while it lives."""
+    persist: Callable[[GatewaySession], None] | None = None
+    """The session sent events not saved yet (with a store: voxwire.cluster)."""
 
 
 class GatewayConnection(ServerConnection):
@@ -144,18 +147,31 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives, SessionCounts
     connection, and kept for replay while there is none.
     """
 
-    def __init__(self, host: GatewayHost, claims: TokenClaims) -> None:
+    def __init__(
+        self, host: GatewayHost, claims: TokenClaims, taken: TakenOver | None = None
+    ) -> None:
         self.claims = claims
         self.session_id = claims.session_id
         self._host = host
         self._clock = host.clock
         self._stats = SessionStats.of("ovp", own="server")
-        self._core = GatewayCore(
-            claims.session_id,
-            epoch=time.time() - self._clock.now(),
-            accept_patch=host.accept_patch,
-            window=STREAM_WINDOW_EVENTS,
-            measure=QualityMeter(self._stats, "client", self._rtt),
+        measure = QualityMeter(self._stats, "client", self._rtt)
+        self._core = (
+            GatewayCore(
+                claims.session_id,
+                epoch=time.time() - self._clock.now(),
+                accept_patch=host.accept_patch,
+                window=STREAM_WINDOW_EVENTS,
+                measure=measure,
+            )
+            if taken is None  # else taken over from another process, as it stood there
+            else restore(
+                taken,
+                now=self._clock.now(),
+                wall=time.time(),
+                accept_patch=host.accept_patch,
+                measure=measure,
+            )
         )
         if host.metrics is not None:
             host.metrics.opened(
@@ -165,6 +181,9 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives, SessionCounts
                 session_id=self.session_id,
                 clock=self._clock,
             )
+        self.saved_seq = self._core.last_seq
+        """The last event the store holds (with a store; the gateway's persister keeps it)."""
+        self._moved = False
         self._links: dict[int, Link] = {}
         self._unlinked = asyncio.Event()
         """Set while no connection carries the session."""
@@ -270,6 +289,12 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives, SessionCounts
         return self._core.caller_context
 
     @property
+    def last_seq(self) -> int:
+        """The seq of the last event sent (-1 before ``session.start``): where a session taken
+        over from another process stands."""
+        return self._core.last_seq
+
+    @property
     def connected(self) -> bool:
         """Whether the client is connected now."""
         return self._core.current_link is not None
@@ -350,6 +375,9 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives, SessionCounts
                     self._ended.set()
                 case _:
                     assert_never(item)
+        persist = self._host.persist
+        if persist is not None and self._core.last_seq > self.saved_seq and not self._moved:
+            persist(self)
         if (
             out
             and all(type(item) in _NO_DEADLINE for item in out)
@@ -375,15 +403,16 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives, SessionCounts
                 self._inbox.lost,
             )
 
-    def launch(self) -> None:
-        """Run the application's handler for this new session (the gateway calls it once)."""
-        self._handler = asyncio.create_task(self._run_handler())
+    def launch(self, handler: Callable[[GatewaySession], Awaitable[None]] | None = None) -> None:
+        """Run the application's handler for this session (the gateway calls it once): the
+        host's, or ``handler`` (a session taken over from another process)."""
+        self._handler = asyncio.create_task(self._run_handler(handler or self._host.handler))
         self._set_timer()
 
-    async def _run_handler(self) -> None:
+    async def _run_handler(self, handler: Callable[[GatewaySession], Awaitable[None]]) -> None:
         core = self._core
         try:
-            await self._host.handler(self)
+            await handler(self)
         except Exception as exc:
             if isinstance(exc, SessionStateError) and core.over is not None:
                 # The session ended under the handler (a resume of a session this gateway does
@@ -405,6 +434,8 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives, SessionCounts
     def _set_timer(self) -> None:
         """Set the timer for the core's next deadline; once the session is over, hand it to the
         gateway's tombstones."""
+        if self._moved:
+            return  # another process holds the session now
         if self._core.state is _OVER:
             self._timer.cancel()
             if not self._buried:
@@ -432,9 +463,10 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives, SessionCounts
             self._capture.close()
             self._capture = None
 
-    async def serve(self, ws: ServerConnection) -> None:
+    async def serve(self, ws: ServerConnection, first: str | None = None) -> None:
         """Carry the session over one connection until it closes (the gateway calls it with
-        each connection of the session).
+        each connection of the session); ``first``: the connection's first message, already read
+        (the ``session.resume`` of a session taken over).
 
         An audio frame is judged as ``websockets`` parses it (:class:`GatewayConnection`), and
         everything else by this task, in arrival order either way.
@@ -486,6 +518,8 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives, SessionCounts
         direct = ws if isinstance(ws, GatewayConnection) else None
         if direct is not None:
             direct.on_binary = receive_binary_now
+        if first is not None:
+            self._take_first(link, way_out, first)
         try:
             async for data in ws:
                 if direct is not None:
@@ -517,6 +551,16 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives, SessionCounts
             await way_out.stop()
             if not self._links:
                 self._unlinked.set()
+                if self._moved:
+                    self._close_capture()
+
+    def _take_first(self, link: int, way_out: Link, text: str) -> None:
+        """The connection's first message, read before the connection was handed over."""
+        now = self._clock.now()
+        way_out.heard(now)
+        if self._recorder is not None:
+            self._recorder.record("client", text)
+        self._perform(self._core.receive_text(link, text, now))
 
     def shut(self) -> None:
         """The gateway stops serving the session: a started one ends with ``session.end``
@@ -529,6 +573,32 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives, SessionCounts
             self._perform(core.abort("the gateway is shutting down", now))
         else:
             self._perform(core.end(SessionEndReason.CANCELLED, now))
+
+    @property
+    def core(self) -> GatewayCore:
+        """The session's core (its state, for a snapshot that moves it to another process)."""
+        return self._core
+
+    async def stop_application(self) -> None:
+        """The application lets the session go (it moves to another process): its handler and
+        handlers are cancelled, the timer stops; the session sends nothing more of its own."""
+        self._moved = True
+        self._timer.cancel()
+        self._handlers.cancel()
+        handler = self._handler
+        if handler is not None:
+            handler.cancel()
+            await asyncio.gather(handler, return_exceptions=True)
+
+    def hand_over(self, code: int, reason: str) -> None:
+        """The session moved to another process (:meth:`stop_application` came first): each
+        connection closes with ``code`` once what it holds is written (the client resumes
+        elsewhere), and this gateway forgets it."""
+        for link in self._links.values():
+            link.close(code, reason)
+        self._inbox.close()
+        if not self._links:
+            self._close_capture()
 
     async def ended(self) -> None:
         """Wait until the session is over (:attr:`over` is set)."""
