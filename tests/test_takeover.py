@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from tests.peers.raw import RawEngine, frame, start
 from tests.servers import RedisServer, free_port
 from tests.test_ovp_support import (
     AGENT,
@@ -24,8 +25,10 @@ from tests.test_ovp_support import (
     run,
     token,
 )
-from voxwire import ovp
+from voxwire import brisvox, ovp
+from voxwire.brisvox.agent import AgentServer, AgentSession, Resumed
 from voxwire.cluster import Owner, RedisDirectory, RedisReplayStore, connect_redis
+from voxwire.errors import ConfigError
 from voxwire.lifecycle import Drained
 from voxwire.ovp.client import OVPClient, SessionFailed
 from voxwire.ovp.gateway import Gateway, GatewayConfigError, GatewaySession
@@ -254,3 +257,191 @@ def test_a_state_moves_as_bytes_and_restores_a_core_that_replays_the_resume() ->
         if isinstance(item, ToLink) and isinstance(item.action, SendText) and item.stream
     ]
     assert replayed == data[2:]  # seq 3, 4 and 5, from the store, then the live stream
+
+
+# -- the Brisvox agent side ---------------------------------------------------------------------
+
+
+@dataclass
+class Agent:
+    """The agent application every process runs: what each entry point saw, by process."""
+
+    seen: list[tuple[str, str]] = field(default_factory=list)
+    """(process, what): "start", "takeover", each user.text's text, "resumed"."""
+    said: list[str] = field(default_factory=list)
+    """The ids of the say commands each process sent, in order."""
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
+
+    def on_session(self, name: str, *, takeover: bool = False) -> object:
+        async def run(session: AgentSession) -> None:
+            self.seen.append((name, "takeover" if takeover else "start"))
+            async for event in session:
+                if isinstance(event, Resumed):
+                    self.seen.append((name, "resumed"))
+                elif isinstance(event, brisvox.UserText):
+                    self.seen.append((name, event.text))
+                    task = asyncio.create_task(self._say(session))
+                    self.tasks.add(task)
+                    task.add_done_callback(self.tasks.discard)
+
+        return run
+
+    async def _say(self, session: AgentSession) -> None:
+        with contextlib.suppress(Exception):
+            result = await session.send_say(text="Noted.")
+            self.said.append(result.id)
+
+
+@contextlib.asynccontextmanager
+async def _agents(
+    redis: RedisServer, agent: Agent, *, hooks: bool = True
+) -> AsyncIterator[dict[str, AgentServer]]:
+    servers: dict[str, AgentServer] = {}
+    clients = []
+    for name in "AB":
+        port = free_port()
+        client = connect_redis(redis.url)
+        clients.append(client)
+        directory = RedisDirectory(
+            client, Owner(name, "127.0.0.1", port), heartbeat=0.2, expiry=1.0
+        )
+        await directory.start()
+        server = AgentServer(
+            agent.on_session(name),  # type: ignore[arg-type]
+            token=None,
+            port=port,
+            resume=True,
+            directory=directory,
+            store=RedisReplayStore(client, prefix="voxwire:brisvox"),
+            on_takeover=agent.on_session(name, takeover=True) if hooks else None,  # type: ignore[arg-type]
+        )
+        await server.start()
+        servers[name] = server
+    try:
+        yield servers
+    finally:
+        for server in servers.values():
+            await server.close()
+            assert isinstance(server.directory, RedisDirectory)
+            await server.directory.close()
+        for client in clients:
+            await client.aclose()
+
+
+def _resuming(seq: int, session_id: str) -> str:
+    return start(
+        seq=seq,
+        t_ms=41200,
+        session_id=session_id,
+        resume={"attempt": 1, "previous_seq": seq - 1, "down_ms": 120},
+    )
+
+
+async def _said(engine: RawEngine, seq: int) -> str:
+    """Read the agent's say and answer it ok: its command id."""
+    say = await engine.recv()
+    assert isinstance(say, brisvox.Say) and isinstance(say.id, str)
+    await engine.send(frame("command.result", seq, id=say.id, ok=True))
+    return say.id
+
+
+async def _a_call_on(server: AgentServer, session_id: str) -> RawEngine:
+    engine = await RawEngine.open(server.url)
+    assert isinstance(await engine.handshake(start(session_id=session_id)), brisvox.SessionAccept)
+    await engine.send(frame("user.text", 2, epoch=1, text="before"))
+    assert await _said(engine, 3) == "c1"
+    return engine
+
+
+def test_brisvox_a_drained_agent_hands_its_call_to_the_process_the_engine_resumes_on(
+    redis_server: RedisServer,
+) -> None:
+    redis_server.flush()
+    agent = Agent()
+
+    async def main() -> tuple[Drained, tuple[int | None, str | None], object]:
+        async with _agents(redis_server, agent) as servers:
+            engine = await _a_call_on(servers["A"], "call-drained")
+            drained = await servers["A"].drain(5)
+            closed = await engine.closed()
+            resumed = await RawEngine.open(servers["B"].url)  # the balancer's ring without A
+            accept = await resumed.handshake(_resuming(5, "call-drained"))
+            await resumed.send(frame("user.text", 6, epoch=2, text="after"))
+            assert await _said(resumed, 7) == "c2"  # ids go on: never repeated in a call
+            await resumed.close()
+            return drained, closed, accept
+
+    drained, closed, accept = run(main(), timeout=60)
+    assert drained == Drained(handed_over=1, finished=0, ended=0)
+    assert closed == (1012, "handed over: resume elsewhere")
+    assert accept == brisvox.SessionAccept(version=1, tools=[], resume=True)
+    assert agent.seen == [
+        ("A", "start"),
+        ("A", "before"),
+        ("B", "takeover"),
+        ("B", "resumed"),
+        ("B", "after"),
+    ]
+    assert agent.said == ["c1", "c2"]
+
+
+def test_brisvox_a_half_open_call_resumed_on_another_process_is_taken_up_by_its_owner(
+    redis_server: RedisServer,
+) -> None:
+    """The engine lost the link, its owner did not notice (half-open): the resumption lands on
+    B, which relays it to the owner A, which takes the call over from its old link."""
+    redis_server.flush()
+    agent = Agent()
+
+    async def main() -> tuple[tuple[int | None, str | None], object]:
+        async with _agents(redis_server, agent) as servers:
+            old = await _a_call_on(servers["A"], "call-half-open")
+            await asyncio.sleep(0.3)  # A's claim is in the directory
+            resumed = await RawEngine.open(servers["B"].url)
+            accept = await resumed.handshake(_resuming(5, "call-half-open"))
+            closed = await old.closed()  # the owner closed its half-open link
+            await resumed.send(frame("user.text", 6, epoch=2, text="after"))
+            assert await _said(resumed, 7) == "c2"
+            await resumed.close()
+            return closed, accept
+
+    closed, accept = run(main(), timeout=60)
+    assert accept == brisvox.SessionAccept(version=1, tools=[], resume=True)
+    assert closed == (1000, "superseded by a resumed link")
+    assert agent.seen == [("A", "start"), ("A", "before"), ("A", "resumed"), ("A", "after")]
+
+
+@pytest.mark.parametrize("hooks", [True, False])
+def test_brisvox_when_the_owner_dies_its_call_is_taken_over_or_rejected_without_the_hook(
+    redis_server: RedisServer, hooks: bool
+) -> None:
+    redis_server.flush()
+    agent = Agent()
+
+    async def main() -> object:
+        async with _agents(redis_server, agent, hooks=hooks) as servers:
+            engine = await _a_call_on(servers["A"], "call-died")
+            await asyncio.sleep(0.3)  # the state saved with the command is in the store
+            assert isinstance(servers["A"].directory, RedisDirectory)
+            await servers["A"].directory.close()  # A dies: no owner from now on
+            engine.ws.transport.abort()
+            resumed = await RawEngine.open(servers["B"].url)
+            answer = await resumed.handshake(_resuming(5, "call-died"))
+            if hooks:
+                await resumed.send(frame("user.text", 6, epoch=2, text="after"))
+                assert await _said(resumed, 7) == "c2"
+            await resumed.close()
+            return answer
+
+    answer = run(main(), timeout=60)
+    if hooks:
+        assert answer == brisvox.SessionAccept(version=1, tools=[], resume=True)
+        assert agent.seen[-3:] == [("B", "takeover"), ("B", "resumed"), ("B", "after")]
+    else:
+        assert answer == brisvox.SessionReject(code="unknown_session", message="no such call")
+        assert [name for name, _ in agent.seen] == ["A", "A"]  # nothing started on B
+
+
+def test_brisvox_a_store_needs_a_directory_and_resume() -> None:
+    with pytest.raises(ConfigError, match="a store needs a directory and resume=True"):
+        AgentServer(lambda s: asyncio.sleep(0), store=object())  # type: ignore[arg-type]

@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import inspect
 import logging
 import os
 import ssl as ssl_module
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from http import HTTPStatus
 from typing import Literal, TypeAlias
 
@@ -42,6 +42,7 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
+from voxwire.brisvox._agent_transport import open_way_out, refusal, refuse
 from voxwire.brisvox._logs import websockets_logger
 from voxwire.brisvox.agent_cluster import AgentCluster
 from voxwire.brisvox.agent_core import AgentCore, ResumeRegistry, StartReceived
@@ -52,13 +53,11 @@ from voxwire.brisvox.agent_session import (
     CommandTimeout,
     Resumed,
     SessionEvent,
-    refuse,
 )
 from voxwire.brisvox.agent_tools import Tool, ToolContext, ToolError
 from voxwire.brisvox.constants import (
     AGENT_TOKEN_ENV,
     MAX_MESSAGE_BYTES,
-    PING_INTERVAL_MS,
     SDK_CLOSE_TIMEOUT_MS,
     SDK_COMMAND_TIMEOUT_MS,
     SDK_EVENT_QUEUE,
@@ -69,7 +68,6 @@ from voxwire.brisvox.constants import (
     SDK_UPGRADE_SLACK_MS,
     SDK_WRITE_TIMEOUT_MS,
     SIDE_EFFECT_GRACE_MS,
-    SILENCE_TIMEOUT_MS,
     SUPPORTED_VERSIONS,
     CloseCode,
 )
@@ -78,11 +76,10 @@ from voxwire.brisvox.messages import ContextMessage, EventType, SessionAccept, S
 from voxwire.brisvox.outputs import BadMessage, CommandFailed, EventsDropped
 from voxwire.capture import Record, open_recorder
 from voxwire.clock import SYSTEM_CLOCK, Clock
-from voxwire.cluster import Directory
-from voxwire.errors import SessionClosed
+from voxwire.cluster import Directory, ReplayStore
+from voxwire.errors import ConfigError, SessionClosed
 from voxwire.hosts import is_loopback
 from voxwire.lifecycle import Drained
-from voxwire.link import Keepalive, Link, Outbound, Overflow
 from voxwire.observe.endpoints import Endpoints
 from voxwire.observe.metrics import Metrics
 from voxwire.sansio import Close, LinkDown
@@ -157,9 +154,16 @@ class AgentServer:
         record: Record every message of each call, from its ``session.start`` on, into this
             capture (a path, ``{session_id}`` in it replaced by the call's id; or a
             ``voxwire.capture.Recorder``); see ``voxwire validate``.
-        directory: With several agent processes (``voxwire.cluster``): a parked call is
-            recorded as this process's for the resume window, and a resumption of a call parked
-            on another live process is relayed there, ``session.start`` first.
+        directory: With several agent processes (``voxwire.cluster``): each call is recorded
+            as this process's, and a resumption of a call another live process holds is relayed
+            there, ``session.start`` first.
+        store: With a directory and ``resume``: where each call's resume state is saved as it
+            changes (``voxwire.cluster.RedisReplayStore``), so another process can take the call
+            over when this one drains or dies.
+        on_takeover: With a store: runs each call this server takes over from another process,
+            instead of ``on_session`` (the call is under way: rebuild the application's own
+            state, then go on as ``on_session`` would). Without it, a resumption of a call whose
+            owner is gone is rejected ``unknown_session``.
     """
 
     def __init__(
@@ -184,7 +188,11 @@ class AgentServer:
         clock: Clock = SYSTEM_CLOCK,
         record: Record = None,
         directory: Directory | None = None,
+        store: ReplayStore | None = None,
+        on_takeover: SessionHandler | None = None,
     ) -> None:
+        if store is not None and (directory is None or not resume):
+            raise ConfigError("a store needs a directory and resume=True")
         names = [t.declaration.name for t in tools]
         if len(set(names)) != len(names):
             raise ValueError(f"tool names must be unique: {names}")
@@ -207,6 +215,7 @@ class AgentServer:
         self.clock = clock
         self.record = record
         self.directory = directory
+        self.on_takeover = on_takeover
         self._port = port
         self._resume_window = resume_window
         self._registry = ResumeRegistry(resume_window)
@@ -217,17 +226,21 @@ class AgentServer:
         self._closing = False
         self.metrics = Metrics("brisvox", "agent")  # served at /metrics: docs/observability.md
         self.endpoints = Endpoints(metrics=self.metrics.exposition)
+        """``/healthz``, ``/readyz`` and ``/metrics`` on the server's port."""
         self._cluster = (
             None
             if directory is None
             else AgentCluster(
-                directory, clock=clock, bearer=self.token is not None, metrics=self.metrics
+                directory,
+                store,
+                clock=clock,
+                bearer=self.token is not None,
+                takes_over=on_takeover is not None,
+                metrics=self.metrics,
             )
         )
         self._draining = False
-        self._forgot = asyncio.Event()
-        """Set whenever a call is over (a drain waits on it)."""
-        """``/healthz``, ``/readyz`` and ``/metrics`` on the server's port."""
+        self._forgot = asyncio.Event()  # set whenever a call is over (a drain waits on it)
 
     @property
     def port(self) -> int:
@@ -276,17 +289,19 @@ class AgentServer:
     async def drain(self, deadline: float) -> Drained:
         """Take the server out of service within ``deadline`` seconds of its clock.
 
-        ``/readyz`` answers 503 at once. While the server holds calls, a new call is rejected
-        (``unavailable``: the engine runs it without an agent) and a resumption of a call it
-        holds is served; once it holds none, every upgrade gets HTTP 503 (a balancer's retry
-        sends the engine to another process). The drain returns once no call is left, or at the
-        deadline, when each call left is ended here: its link closed (1000; the call goes on
-        without the agent), or, parked, given up. :meth:`close` the server then.
+        ``/readyz`` answers 503 at once. With a store, each call is handed over (saved, its
+        link closed with 1012). While the server holds calls, a new call is rejected
+        (``unavailable``) and a resumption of a call it holds is served; once it holds none,
+        every upgrade gets HTTP 503 (a balancer's retry sends the engine elsewhere). It returns
+        once no call is left, or at the deadline, when each call left ends here: its link closed
+        (1000; the call goes on without the agent), or, parked, given up. Then :meth:`close`.
         """
         self.endpoints.ready = False
         self._draining = True
         live = [session for session in self._sessions.values() if not session.ended]
         log.info("brisvox agent draining: %d calls, %g s at most", len(live), deadline)
+        handed = 0 if self._cluster is None else await self._cluster.hand_over_all(live)
+        live = [session for session in live if not session.ended]
         await self._until_ended(live, deadline)
         left = [session for session in live if not session.ended]
         if left:
@@ -294,7 +309,7 @@ class AgentServer:
             for session in left:
                 session.leave("the agent is shutting down")
             await self._until_ended(left, SDK_CLOSE_TIMEOUT_MS / 1000)
-        return Drained(handed_over=0, finished=len(live) - len(left), ended=len(left))
+        return Drained(handed, finished=len(live) - len(left), ended=len(left))
 
     async def _until_ended(self, sessions: list[AgentSession], seconds: float) -> None:
         """Wait until each of ``sessions`` ended, ``seconds`` of the clock at most."""
@@ -325,6 +340,8 @@ class AgentServer:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._cluster is not None:
+            await self._cluster.close()
 
     async def __aenter__(self) -> AgentServer:
         return await self.start()
@@ -341,22 +358,7 @@ class AgentServer:
         if self._draining and not self._sessions:
             # Nothing to resume here: a balancer's retry sends the engine to another process.
             return connection.respond(HTTPStatus.SERVICE_UNAVAILABLE, "draining\n")
-        if "Origin" in request.headers:
-            log.warning("refused a request with an Origin header (a browser)")
-            self.metrics.refused("forbidden_origin")
-            return connection.respond(HTTPStatus.FORBIDDEN, "browser origins are refused\n")
-        if self.token is None:
-            return None
-        scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
-        if scheme.lower() == "bearer" and hmac.compare_digest(
-            presented.strip().encode(), self.token.encode()
-        ):
-            return None
-        log.warning("refused a request without the right bearer token")
-        self.metrics.refused("unauthorized")
-        response = connection.respond(HTTPStatus.UNAUTHORIZED, "unauthorized\n")
-        response.headers["WWW-Authenticate"] = "Bearer"
-        return response
+        return refusal(connection, request, self.token, self.metrics)
 
     # -- one connection -------------------------------------------------------------------------
 
@@ -364,7 +366,10 @@ class AgentServer:
         core = AgentCore(
             self.clock.now(), versions=self.versions, handshake_timeout=self.handshake_timeout
         )
-        link = AgentLink(ws, core, self._open_link)
+        way_out = partial(
+            open_way_out, clock=self.clock, event_queue=self.event_queue, drain=self.write_timeout
+        )
+        link = AgentLink(ws, core, way_out)
         try:
             session = await self._handshake(link)
             if session is not None:
@@ -373,29 +378,6 @@ class AgentServer:
                 link.capture.close()
         finally:
             await link.out.stop()
-
-    def _open_link(self, link: AgentLink) -> Link:
-        """The connection's way out: everything the agent sends is control (never dropped),
-        one writer drains it under the write timeout, the keepalive of the spec."""
-
-        def record(data: str | bytes) -> None:
-            if link.recorder is not None:  # known once the session.start was read
-                link.recorder.record("agent", data)
-
-        return Link(
-            link.ws,
-            Outbound(event_bound=self.event_queue, overflow=Overflow.DROP),
-            clock=self.clock,
-            drain_timeout=self.write_timeout,
-            keepalive=Keepalive(
-                ping_interval=PING_INTERVAL_MS / 1000,
-                silence_timeout=SILENCE_TIMEOUT_MS / 1000,
-                now=self.clock.now(),
-            ),
-            close_timeout=SDK_CLOSE_TIMEOUT_MS / 1000,
-            record=record,
-            name=f"brisvox agent link {link.ws.id}",
-        )
 
     async def _handshake(self, link: AgentLink) -> AgentSession | None:
         core = link.core
@@ -440,9 +422,9 @@ class AgentServer:
             link.recorder.record("server", raw)
         if resuming:
             return await self._resume(link, start, version, raw)
-        if self.calls >= self.max_calls or self._draining:
-            why = "the agent is draining" if self._draining else "too many calls"
-            await refuse(link, self.metrics, ErrorCode.UNAVAILABLE, why)
+        busy = self._busy()
+        if busy is not None:
+            await refuse(link, self.metrics, ErrorCode.UNAVAILABLE, busy)
             return None
         try:
             async with asyncio.timeout(self._real_until(core.next_deadline())):
@@ -473,8 +455,17 @@ class AgentServer:
         self._sessions[session.id] = session
         if self.resume:
             self._registry.live(session.id)
-        self._spawn(self._run_session(session), f"brisvox-session-{session.id}")
+        if self._cluster is not None:
+            self._spawn(self._cluster.own(session.id, True), f"brisvox-own-{session.id}")
+            self._cluster.changed(session)
+        self._spawn(self._run_session(session, self.on_session), f"brisvox-session-{session.id}")
         return session
+
+    def _busy(self) -> str | None:
+        """Why a new call is rejected ``unavailable`` now, or None."""
+        if self._draining:
+            return "the agent is draining"
+        return "too many calls" if self.calls >= self.max_calls else None
 
     async def _decide(self, start: SessionStart) -> Accept | Reject:
         if self.on_start is None:
@@ -506,14 +497,16 @@ class AgentServer:
     ) -> AgentSession | None:
         core, now = link.core, self.clock.now()
         session = self._sessions.get(start.session_id)
-        if (
-            session is None
-            and self._cluster is not None
-            and await self._cluster.relayed(
-                link, start.session_id, raw, within=self._real_until(core.next_deadline())
+        if session is None and self._cluster is not None:
+            takes_over = self.on_takeover is not None and not self._draining
+            taken = await self._cluster.resume_elsewhere(
+                link, start, version, raw, host=self._host() if takes_over else None
             )
-        ):
-            return None
+            if taken is not None and self.on_takeover is not None:
+                self._sessions[taken.id] = taken
+                self._registry.live(taken.id)
+                self._spawn(self._run_session(taken, self.on_takeover), f"brisvox-call-{taken.id}")
+            return taken
         if (
             not self.resume
             or self._closing
@@ -551,6 +544,7 @@ class AgentServer:
             park=self._park,
             forget=self._forget,
             metrics=self.metrics,
+            changed=None if self._cluster is None else self._cluster.changed,
         )
 
     def _park(self, session: AgentSession) -> bool:
@@ -561,15 +555,14 @@ class AgentServer:
         self._expiry.update()
         log.info("session %s: link lost; parked for a resumption", session.id)
         if self._cluster is not None:
-            window = self.clock.real_seconds(self._resume_window)
-            self._spawn(self._cluster.own(session.id, window), f"brisvox-own-{session.id}")
+            self._cluster.changed(session)
         return True
 
     def _forget(self, session: AgentSession) -> None:
         """``session`` is over."""
         self._registry.forget(session.id)
         if self._cluster is not None:
-            self._spawn(self._cluster.own(session.id, None), f"brisvox-disown-{session.id}")
+            self._spawn(self._cluster.own(session.id, False), f"brisvox-disown-{session.id}")
         if self._sessions.get(session.id) is session:
             del self._sessions[session.id]
         self._forgot.set()
@@ -583,9 +576,9 @@ class AgentServer:
 
     # -- plumbing -------------------------------------------------------------------------------
 
-    async def _run_session(self, session: AgentSession) -> None:
+    async def _run_session(self, session: AgentSession, handler: SessionHandler) -> None:
         try:
-            await self.on_session(session)
+            await handler(session)
         except SessionClosed as exc:
             log.debug("session %s: on_session stopped on a closed link: %s", session.id, exc)
         except Exception:

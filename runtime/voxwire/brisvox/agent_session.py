@@ -34,7 +34,11 @@ from voxwire.brisvox.agent_core import (
 )
 from voxwire.brisvox.agent_tools import Tool, Tools
 from voxwire.brisvox.codec import decoder, encode
-from voxwire.brisvox.constants import END_COMMAND_EXTRA_MS, TRANSFER_COMMAND_EXTRA_MS, CloseCode
+from voxwire.brisvox.constants import (
+    END_COMMAND_EXTRA_MS,
+    TRANSFER_COMMAND_EXTRA_MS,
+    CloseCode,
+)
 from voxwire.brisvox.errors import ErrorCode
 from voxwire.brisvox.messages import (
     AgentMessage,
@@ -62,11 +66,11 @@ __all__ = [
     "AgentLink",
     "AgentSession",
     "CallHost",
+    "CallState",
     "CommandTimeout",
     "LinkDown",
     "Resumed",
     "SessionEvent",
-    "refuse",
 ]
 
 log = logging.getLogger("voxwire.brisvox.agent")
@@ -88,6 +92,21 @@ SessionEvent: TypeAlias = Delivered | EventsDropped | Resumed | LinkDown
 """What iterating an :class:`AgentSession` yields; the last one is a SessionEnd, or a LinkDown
 when the call ends without one (its link went down and was not resumed in time, or the server
 shut down)."""
+
+
+class CallState(msgspec.Struct, frozen=True, kw_only=True):
+    """A call as data that can move to another agent process: what it needs to take the call
+    up again when the engine's resumption lands there (the engine keeps the rest)."""
+
+    start: SessionStart
+    """The call's first ``session.start``."""
+    version: int
+    accept: SessionAccept
+    """The ``session.accept`` sent for the call (its event subscription goes on)."""
+    commands: int
+    """Commands sent so far: the next one's id is ``c{commands + 1}`` (ids never repeat)."""
+    resumes: int
+    seen_seq: int
 
 
 class CommandTimeout(CommandFailed, TimeoutError):
@@ -188,6 +207,8 @@ class CallHost:
     """The call is over: the server lets it go."""
     metrics: Metrics | None = None
     """The server's metrics: the call's statistics are read there while it lives."""
+    changed: Callable[[AgentSession], None] | None = None
+    """The call's resume state changed (with a store: voxwire.cluster)."""
 
 
 class AgentSession(AgentSends[Coroutine[Any, Any, CommandResult]], AgentReceives, SessionCounts):
@@ -313,6 +334,8 @@ class AgentSession(AgentSends[Coroutine[Any, Any, CommandResult]], AgentReceives
         if command.id is UNSET:
             self._next_id += 1
             command = msgspec.structs.replace(command, id=f"c{self._next_id}")
+            if self._host.changed is not None:
+                self._host.changed(self)
         assert isinstance(command.id, str)
         if timeout is None:
             timeout = self._host.command_timeout
@@ -412,6 +435,48 @@ class AgentSession(AgentSends[Coroutine[Any, Any, CommandResult]], AgentReceives
             self.give_up(reason)
         else:
             link.out.close(CloseCode.NORMAL, reason)
+
+    def state(self) -> CallState:
+        """The call's resume state, for another process to take it over."""
+        return CallState(
+            start=self.start,
+            version=self.version,
+            accept=self.accept,
+            commands=self._next_id,
+            resumes=self.resumes,
+            seen_seq=self._link.core.last_seq if self._link is not None else self._seen_seq,
+        )
+
+    @classmethod
+    def taken_over(
+        cls,
+        host: CallHost,
+        state: CallState,
+        link: AgentLink,
+        start: SessionStart,
+        version: int,
+        accept: SessionAccept,
+    ) -> AgentSession:
+        """The call of ``state``, held by another process until now, taken up on ``link``
+        (whose resumption ``start`` was answered with ``accept``): the application hears
+        :class:`Resumed`."""
+        session = cls(host, state.start, state.version, state.accept, link)
+        session._next_id = state.commands
+        session.resumes = state.resumes
+        session._seen_seq = state.seen_seq
+        session._link = None  # the call resumes on the link, as a parked call does
+        session.take_over(link, start, version, accept)
+        return session
+
+    def hand_over(self, code: int, reason: str) -> None:
+        """The call moved to another process (its state is in the store): the application
+        hears :class:`LinkDown`, and the link closes with ``code`` (the engine reconnects, and
+        lands elsewhere)."""
+        link = self._link
+        self._end(LinkDown(reason))
+        if link is not None:
+            self._wind_down(link, reason)
+            link.out.close(code, reason)
 
     def give_up(self, reason: str) -> None:
         """The call ends without its link (the resume window passed, the server closes)."""
@@ -518,13 +583,6 @@ class AgentSession(AgentSends[Coroutine[Any, Any, CommandResult]], AgentReceives
         if self._capture is not None:
             self._capture.close()
             self._capture = None
-
-
-async def refuse(link: AgentLink, metrics: Metrics, code: str, message: str | None) -> None:
-    """Answer a link's ``session.start`` with ``session.reject`` (counted in ``metrics`` by its
-    code) and close it."""
-    metrics.refused(code)
-    await link.perform(link.core.reject(code, message, link.out.clock.now()))
 
 
 def _count_read(stats: SessionStats, outputs: list[AgentOutput], now: float, size: int) -> None:
