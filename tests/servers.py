@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -17,18 +18,20 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 __all__ = [
+    "HAPROXY_CFG",
     "HAProxy",
     "PeerProcess",
     "RedisServer",
     "debian_program",
     "free_port",
+    "shipped_haproxy_cfg",
     "start_haproxy",
     "start_redis",
 ]
@@ -149,43 +152,59 @@ def start_redis(folder: Path) -> Iterator[RedisServer]:
 
 @dataclass
 class HAProxy:
-    """One haproxy on 127.0.0.1 in front of ``backends``, balancing on the request path."""
+    """One haproxy on 127.0.0.1 running the shipped ``deploy/haproxy.cfg``: the OVP gateways
+    behind :attr:`port` (hashing the path), the Brisvox agents behind :attr:`agent_port`."""
 
     port: int
-    backends: list[int]
+    agent_port: int
     process: subprocess.Popen[bytes]
 
     @property
     def url(self) -> str:
         return f"ws://127.0.0.1:{self.port}"
 
+    @property
+    def agent_url(self) -> str:
+        return f"ws://127.0.0.1:{self.agent_port}"
 
-def start_haproxy(folder: Path, backends: list[int], balance: str = "uri") -> Iterator[HAProxy]:
-    """A generator for a fixture: haproxy hashing on the path (``balance uri``, query left out)
-    to ``backends`` (ports on 127.0.0.1), stopped afterwards."""
+
+HAPROXY_CFG = Path(__file__).resolve().parent.parent / "deploy" / "haproxy.cfg"
+"""The HAProxy configuration the deployment guide ships."""
+
+_ADDRESS = re.compile(r"^(\s*(?:bind|server \S+) )(\S+)(.*)$")
+
+
+def shipped_haproxy_cfg(ports: dict[str, list[int]]) -> str:
+    """``deploy/haproxy.cfg`` with its addresses on loopback: the n-th ``bind`` takes the n-th
+    of ``ports["bind"]``, and the servers of a backend the ports of ``ports[backend]`` in order
+    (the lines past them are left out). Nothing else of the file changes."""
+    lines, backend, used = [], "", {name: 0 for name in ports}
+    for line in HAPROXY_CFG.read_text(encoding="utf-8").splitlines():
+        if line.startswith("backend "):
+            backend = line.split()[1]
+        found = _ADDRESS.match(line)
+        if found is not None:
+            key = "bind" if found.group(1).strip() == "bind" else backend
+            if used[key] >= len(ports[key]):
+                continue  # a server the test does not run
+            line = f"{found.group(1)}127.0.0.1:{ports[key][used[key]]}{found.group(3)}"
+            used[key] += 1
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+def start_haproxy(
+    folder: Path, gateways: Sequence[int], agents: Sequence[int] = ()
+) -> Iterator[HAProxy]:
+    """A generator for a fixture: haproxy running the shipped configuration in front of
+    ``gateways`` and ``agents`` (ports on 127.0.0.1), stopped afterwards."""
     program = debian_program("haproxy", "haproxy")
-    port = free_port()
-    servers = "\n".join(
-        f"    server gw{i} 127.0.0.1:{backend} check inter 500ms"
-        for i, backend in enumerate(backends)
-    )
+    port, agent_port = free_port(), free_port()
     config = folder / "haproxy.cfg"
     config.write_text(
-        "global\n"
-        "    maxconn 512\n"
-        "defaults\n"
-        "    mode http\n"
-        "    timeout connect 2s\n"
-        "    timeout client 60s\n"
-        "    timeout server 60s\n"
-        "    timeout tunnel 60s\n"
-        "frontend voice\n"
-        f"    bind 127.0.0.1:{port}\n"
-        "    default_backend gateways\n"
-        "backend gateways\n"
-        f"    balance {balance}\n"
-        "    hash-type consistent\n"
-        f"{servers}\n",
+        shipped_haproxy_cfg(
+            {"bind": [port, agent_port], "gateways": list(gateways), "agents": list(agents)}
+        ),
         encoding="utf-8",
     )
     log = folder / "haproxy.log"
@@ -198,7 +217,7 @@ def start_haproxy(folder: Path, backends: list[int], balance: str = "uri") -> It
         )
     _wait_listening(port, process, "haproxy", log)
     try:
-        yield HAProxy(port, backends, process)
+        yield HAProxy(port, agent_port, process)
     finally:
         _stop(process)
 

@@ -37,7 +37,7 @@ def _start_gateways(names: str, folder: Path, redis_url: str | None) -> dict[str
     gateways = {}
     for name in names:
         port = free_port()
-        args = [name, str(port), *([redis_url] if redis_url else [])]
+        args = [name, str(port), *(["--redis", redis_url] if redis_url else [])]
         peer = PeerProcess(name, "tests.peers.cluster_gateway", *args, folder=folder)
         gateways[name] = GatewayProcess(peer, port)
     for g in gateways.values():

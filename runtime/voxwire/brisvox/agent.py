@@ -289,19 +289,21 @@ class AgentServer:
     async def drain(self, deadline: float) -> Drained:
         """Take the server out of service within ``deadline`` seconds of its clock.
 
-        ``/readyz`` answers 503 at once. With a store, each call is handed over (saved, its
-        link closed with 1012). While the server holds calls, a new call is rejected
-        (``unavailable``) and a resumption of a call it holds is served; once it holds none,
-        every upgrade gets HTTP 503 (a balancer's retry sends the engine elsewhere). It returns
-        once no call is left, or at the deadline, when each call left ends here: its link closed
-        (1000; the call goes on without the agent), or, parked, given up. Then :meth:`close`.
-        """
+        ``/readyz`` answers 503 at once. With a store, each call is handed over (saved, its link
+        closed with 1012). While it holds calls, a new call is rejected ``unavailable`` and a
+        resumption of a held call served; once it holds none, every upgrade gets HTTP 503 (a
+        balancer retries elsewhere). It returns once no call is left, or at the deadline, when
+        each call left ends: its link closed (1000; the call goes on without the agent), or,
+        parked, given up. Then :meth:`close`."""
         self.endpoints.ready = False
         self._draining = True
         live = [session for session in self._sessions.values() if not session.ended]
         log.info("brisvox agent draining: %d calls, %g s at most", len(live), deadline)
-        handed = 0 if self._cluster is None else await self._cluster.hand_over_all(live)
-        live = [session for session in live if not session.ended]
+        handed = [] if self._cluster is None else await self._cluster.hand_over_all(live)
+        for session in handed:  # another process's now: a resumption is not served here
+            self._forget(session)
+        await self._until_ended(handed, SDK_CLOSE_TIMEOUT_MS / 1000)  # what was on the way
+        live = [session for session in live if session not in handed]
         await self._until_ended(live, deadline)
         left = [session for session in live if not session.ended]
         if left:
@@ -309,7 +311,7 @@ class AgentServer:
             for session in left:
                 session.leave("the agent is shutting down")
             await self._until_ended(left, SDK_CLOSE_TIMEOUT_MS / 1000)
-        return Drained(handed, finished=len(live) - len(left), ended=len(left))
+        return Drained(len(handed), finished=len(live) - len(left), ended=len(left))
 
     async def _until_ended(self, sessions: list[AgentSession], seconds: float) -> None:
         """Wait until each of ``sessions`` ended, ``seconds`` of the clock at most."""

@@ -128,11 +128,12 @@ class AgentCluster:
         async with self._saving:
             await self.store.save_state(session.id, _ENCODER.encode(session.state()))
 
-    async def hand_over_all(self, sessions: list[AgentSession]) -> int:
-        """:meth:`hand_over` each of ``sessions`` at once; how many were."""
+    async def hand_over_all(self, sessions: list[AgentSession]) -> list[AgentSession]:
+        """:meth:`hand_over` each of ``sessions`` at once; the ones that were."""
         if self.store is None:
-            return 0
-        return sum(await asyncio.gather(*(self.hand_over(session) for session in sessions)))
+            return []
+        moved = await asyncio.gather(*(self.hand_over(session) for session in sessions))
+        return [session for session, done in zip(sessions, moved, strict=True) if done]
 
     async def hand_over(self, session: AgentSession) -> bool:
         """Move ``session`` to the store for another process to take over: its state saved,

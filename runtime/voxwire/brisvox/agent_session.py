@@ -255,6 +255,7 @@ class AgentSession(AgentSends[Coroutine[Any, Any, CommandResult]], AgentReceives
         self._seen_seq = start.seq
         self._recorder = link.recorder
         self._capture = link.capture
+        self._moved: str | None = None  # handed over to another process: why
         self._link: AgentLink | None = None
         self._stats = SessionStats.of("brisvox", own="agent")
         if host.metrics is not None:
@@ -469,13 +470,15 @@ class AgentSession(AgentSends[Coroutine[Any, Any, CommandResult]], AgentReceives
         return session
 
     def hand_over(self, code: int, reason: str) -> None:
-        """The call moved to another process (its state is in the store): the application
-        hears :class:`LinkDown`, and the link closes with ``code`` (the engine reconnects, and
-        lands elsewhere)."""
+        """The call moved to another process (its state is in the store): the link closes with
+        ``code`` (the engine reconnects, and lands elsewhere), and once it is closed the
+        application hears :class:`LinkDown`. The events the engine wrote before it read the
+        close are still delivered here: none is lost between the two processes."""
+        self._moved = reason
         link = self._link
-        self._end(LinkDown(reason))
-        if link is not None:
-            self._wind_down(link, reason)
+        if link is None:
+            self._end(LinkDown(reason))
+        else:
             link.out.close(code, reason)
 
     def give_up(self, reason: str) -> None:
@@ -561,7 +564,9 @@ class AgentSession(AgentSends[Coroutine[Any, Any, CommandResult]], AgentReceives
         self._wind_down(link, reason)
         if self._ended:
             return
-        if self._host.park(self):
+        if self._moved is not None:
+            self._end(LinkDown(self._moved))
+        elif self._host.park(self):
             self._stats.on_link("lost", self._host.clock.now())
             if self._recorder is not None:
                 self._recorder.link("lost")

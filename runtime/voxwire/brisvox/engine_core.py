@@ -511,8 +511,8 @@ class EngineCore:
         self._subscription = None if events is UNSET else frozenset(events)
         out = self._step(EngineInput.ACCEPTED, _Step(now))
         out += [control(error_event(problem)) for problem in problems]
-        if resumed:  # before the first event: what the outage cost, 0 included
-            out.append(self.events_lost(self.outage_lost))
+        if resumed:  # before the first event: what the outage cost (counted: not the link's)
+            out.append(control(EventsLost(seq=0, t_ms=0, count=self.outage_lost)))
             self.outage_lost = 0
         out.append(AgentAccepted(message, resumed, tuple(problems)))
         return out

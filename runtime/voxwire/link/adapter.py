@@ -295,6 +295,11 @@ class Link:
                     report = False
                     on_drained(outbound.room)
                     continue
+                if ws.protocol.state is not _OPEN or ws.transport.is_closing():
+                    # Nothing is taken (and stamped) that cannot be written: what stays queued
+                    # is what the link went down with, and a role counts it lost.
+                    self._closed_under(f"the connection is {ws.protocol.state.name.lower()}")
+                    return
                 room = outbound.room
                 batch = outbound.take(self.clock.now())
                 if self._room_awaited:

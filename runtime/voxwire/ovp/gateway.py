@@ -287,6 +287,9 @@ class Gateway:
         handed = [session for session, done in zip(sessions, moved, strict=True) if done]
         for session in handed:
             del self._sessions[session.session_id]
+        with contextlib.suppress(TimeoutError):  # what the links hold goes out, then the close
+            async with asyncio.timeout(self.clock.real_seconds(self.write_timeout)):
+                await asyncio.gather(*(session.unlinked() for session in handed))
         return handed
 
     async def close(self) -> None:
