@@ -22,11 +22,13 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["DRAIN_SIGNALS", "Drainable", "Drained", "drain_on_signal"]
+from voxwire.clock import Clock
+
+__all__ = ["DRAIN_SIGNALS", "Drainable", "Drained", "drain_on_signal", "wait_until"]
 
 log = logging.getLogger(__name__)
 
@@ -82,3 +84,16 @@ async def drain_on_signal(
         drained.ended,
     )
     return drained
+
+
+async def wait_until(
+    done: Callable[[], bool], changed: asyncio.Event, clock: Clock, seconds: float
+) -> None:
+    """Wait until ``done()``, asked again whenever ``changed`` is set, ``seconds`` of ``clock``
+    at most (a drain waiting for its sessions to end)."""
+    until = clock.now() + seconds
+    while not done() and (left := until - clock.now()) > 0:
+        changed.clear()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(clock.real_seconds(left)):
+                await changed.wait()

@@ -1,29 +1,112 @@
 """The agent server's connections: what it answers over HTTP before the upgrade (a browser,
-any ``Origin``, gets 403; a request without the right bearer token 401), each connection's way
-out, and a ``session.reject``. Not public: :mod:`voxwire.brisvox.agent` is.
+any ``Origin``, gets 403; a request without the right bearer token 401), each connection
+(:class:`AgentLink`, public as :mod:`voxwire.brisvox.agent_session`'s) and its way out, and a
+``session.reject``. Not public: :mod:`voxwire.brisvox.agent` is.
 """
 
 from __future__ import annotations
 
 import hmac
 import logging
+from collections.abc import Callable, Sequence
 from http import HTTPStatus
-from typing import TYPE_CHECKING
+from typing import Final, assert_never
 
 from websockets.asyncio.server import ServerConnection
 from websockets.http11 import Request, Response
 
+from voxwire.brisvox.agent_core import (
+    AgentCore,
+    AgentOutput,
+    CommandAnswered,
+    CommandTimedOut,
+    EventReceived,
+    StartReceived,
+    ToolCallCancelled,
+    ToolCallStarted,
+)
+from voxwire.brisvox.codec import decoder
 from voxwire.brisvox.constants import PING_INTERVAL_MS, SDK_CLOSE_TIMEOUT_MS, SILENCE_TIMEOUT_MS
+from voxwire.brisvox.outputs import BadMessage, HandshakeFailed
+from voxwire.capture import CaptureWriter, Recorder
 from voxwire.clock import Clock
-from voxwire.link import Keepalive, Link, Outbound, Overflow
+from voxwire.errors import SessionClosed
+from voxwire.link import Keepalive, Link, Outbound, Overflow, Put
 from voxwire.observe.metrics import Metrics
+from voxwire.observe.stats import SessionStats
+from voxwire.sansio import Close, Ignored, SendText
+from voxwire.session import DeadlineTimer
 
-if TYPE_CHECKING:
-    from voxwire.brisvox.agent_session import AgentLink
-
-__all__ = ["open_way_out", "refusal", "refuse"]
+__all__ = ["AgentLink", "open_way_out", "refusal", "refuse"]
 
 log = logging.getLogger("voxwire.brisvox.agent")
+
+_DECODE_AGENT: Final = decoder("agent")
+
+
+class AgentLink:
+    """One connection of a call: its socket, its way out, its core, and the call's recorder."""
+
+    __slots__ = ("capture", "core", "out", "recorder", "stats", "timer", "ws")
+
+    def __init__(
+        self, ws: ServerConnection, core: AgentCore, way_out: Callable[[AgentLink], Link]
+    ) -> None:
+        self.ws = ws
+        self.core = core
+        self.recorder: Recorder | None = None
+        self.capture: CaptureWriter | None = None
+        """The capture file opened for a new call (its session closes it at the call's end)."""
+        self.timer: DeadlineTimer | None = None
+        """The core's deadlines (its session's, once the link carries a call)."""
+        self.stats: SessionStats | None = None
+        """Its call's statistics, once the link carries a call: every write is counted."""
+        self.out = way_out(self)
+        """Every write goes here: one queue, one writer, the keepalive, the close."""
+
+    def queue(self, frame: SendText) -> None:
+        """Queue a write (control: never dropped). Raises SessionClosed when the link no longer
+        takes writes (it went down or is closing)."""
+        put = self.out.control(frame)
+        if put is not Put.QUEUED:
+            reason = self.out.down.reason if self.out.down else "the link is closing"
+            raise SessionClosed(f"nothing more can be sent: {reason}")
+        if self.stats is not None:  # the agent's own messages are few: read back to be counted
+            self.stats.on_message(
+                "agent", _DECODE_AGENT(frame.data), self.out.clock.now(), size=len(frame.data)
+            )
+
+    async def perform(self, outputs: Sequence[AgentOutput]) -> None:
+        """Carry out what the core asks of the link: writes, a close (then wait until it was
+        written; the link's close timeout bounds it), what to log. Raises SessionClosed when the
+        link no longer takes writes."""
+        closing = False
+        for out in outputs:
+            match out:
+                case SendText():
+                    self.queue(out)
+                case Close(code=code, reason=reason):
+                    self.out.close(code, reason)
+                    closing = True
+                case HandshakeFailed(reason=reason):
+                    log.warning("handshake failed: %s", reason)
+                case BadMessage(error=error):
+                    log.warning("%s", error)
+                case Ignored(what=what):
+                    log.debug("ignored %s", what)
+                case (
+                    StartReceived()
+                    | EventReceived()
+                    | ToolCallStarted()
+                    | ToolCallCancelled()
+                    | CommandAnswered()
+                    | CommandTimedOut()
+                ):
+                    raise AssertionError(f"{out!r} is for a session to handle, not the link")
+                case _:
+                    assert_never(out)
+        if closing:
+            await self.out.wait_closed()
 
 
 def refusal(

@@ -79,7 +79,7 @@ from voxwire.clock import SYSTEM_CLOCK, Clock
 from voxwire.cluster import Directory, ReplayStore
 from voxwire.errors import ConfigError, SessionClosed
 from voxwire.hosts import is_loopback
-from voxwire.lifecycle import Drained
+from voxwire.lifecycle import Drained, wait_until
 from voxwire.observe.endpoints import Endpoints
 from voxwire.observe.metrics import Metrics
 from voxwire.sansio import Close, LinkDown
@@ -313,16 +313,6 @@ class AgentServer:
             await self._until_ended(left, SDK_CLOSE_TIMEOUT_MS / 1000)
         return Drained(len(handed), finished=len(live) - len(left), ended=len(left))
 
-    async def _until_ended(self, sessions: list[AgentSession], seconds: float) -> None:
-        """Wait until each of ``sessions`` ended, ``seconds`` of the clock at most."""
-        clock = self.clock
-        until = clock.now() + seconds
-        while any(not s.ended for s in sessions) and (wait := until - clock.now()) > 0:
-            self._forgot.clear()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(clock.real_seconds(wait)):
-                    await self._forgot.wait()
-
     async def close(self) -> None:
         """Stop listening, close the calls' links and end parked calls."""
         self._closing = True
@@ -462,6 +452,10 @@ class AgentServer:
             self._cluster.changed(session)
         self._spawn(self._run_session(session, self.on_session), f"brisvox-session-{session.id}")
         return session
+
+    async def _until_ended(self, sessions: list[AgentSession], seconds: float) -> None:
+        """Wait until each of ``sessions`` ended, ``seconds`` of the clock at most."""
+        await wait_until(lambda: all(s.ended for s in sessions), self._forgot, self.clock, seconds)
 
     def _busy(self) -> str | None:
         """Why a new call is rejected ``unavailable`` now, or None."""

@@ -12,17 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeAlias, assert_never, get_args
 
 import msgspec
 from msgspec import UNSET
-from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
+from voxwire.brisvox._agent_transport import AgentLink
 from voxwire.brisvox.agent_core import (
-    AgentCore,
     AgentOutput,
     CommandAnswered,
     CommandTimedOut,
@@ -33,7 +32,7 @@ from voxwire.brisvox.agent_core import (
     ToolCallStarted,
 )
 from voxwire.brisvox.agent_tools import Tool, Tools
-from voxwire.brisvox.codec import decoder, encode
+from voxwire.brisvox.codec import encode
 from voxwire.brisvox.constants import (
     END_COMMAND_EXTRA_MS,
     TRANSFER_COMMAND_EXTRA_MS,
@@ -52,10 +51,9 @@ from voxwire.brisvox.messages import (
 )
 from voxwire.brisvox.outputs import BadMessage, CommandFailed, EventsDropped, HandshakeFailed
 from voxwire.brisvox.roles import AgentReceives, AgentSends
-from voxwire.capture import CaptureWriter, Recorder
+from voxwire.capture import Recorder
 from voxwire.clock import Clock
 from voxwire.errors import SessionClosed
-from voxwire.link import Link, Put
 from voxwire.observe.metrics import Metrics
 from voxwire.observe.snapshot import Snapshot
 from voxwire.observe.stats import SessionStats, wire_size
@@ -120,71 +118,6 @@ class CommandTimeout(CommandFailed, TimeoutError):
             "it may or may not have been applied",
         )
         self.command_id = command_id
-
-
-class AgentLink:
-    """One connection of a call: its socket, its way out, its core, and the call's recorder."""
-
-    __slots__ = ("capture", "core", "out", "recorder", "stats", "timer", "ws")
-
-    def __init__(
-        self, ws: ServerConnection, core: AgentCore, way_out: Callable[[AgentLink], Link]
-    ) -> None:
-        self.ws = ws
-        self.core = core
-        self.recorder: Recorder | None = None
-        self.capture: CaptureWriter | None = None
-        """The capture file opened for a new call (its session closes it at the call's end)."""
-        self.timer: DeadlineTimer | None = None
-        """The core's deadlines (its session's, once the link carries a call)."""
-        self.stats: SessionStats | None = None
-        """Its call's statistics, once the link carries a call: every write is counted."""
-        self.out = way_out(self)
-        """Every write goes here: one queue, one writer, the keepalive, the close."""
-
-    def queue(self, frame: SendText) -> None:
-        """Queue a write (control: never dropped). Raises SessionClosed when the link no longer
-        takes writes (it went down or is closing)."""
-        put = self.out.control(frame)
-        if put is not Put.QUEUED:
-            reason = self.out.down.reason if self.out.down else "the link is closing"
-            raise SessionClosed(f"nothing more can be sent: {reason}")
-        if self.stats is not None:  # the agent's own messages are few: read back to be counted
-            self.stats.on_message(
-                "agent", _DECODE_AGENT(frame.data), self.out.clock.now(), size=len(frame.data)
-            )
-
-    async def perform(self, outputs: Sequence[AgentOutput]) -> None:
-        """Carry out what the core asks of the link: writes, a close (then wait until it was
-        written; the link's close timeout bounds it), what to log. Raises SessionClosed when the
-        link no longer takes writes."""
-        closing = False
-        for out in outputs:
-            match out:
-                case SendText():
-                    self.queue(out)
-                case Close(code=code, reason=reason):
-                    self.out.close(code, reason)
-                    closing = True
-                case HandshakeFailed(reason=reason):
-                    log.warning("handshake failed: %s", reason)
-                case BadMessage(error=error):
-                    log.warning("%s", error)
-                case Ignored(what=what):
-                    log.debug("ignored %s", what)
-                case (
-                    StartReceived()
-                    | EventReceived()
-                    | ToolCallStarted()
-                    | ToolCallCancelled()
-                    | CommandAnswered()
-                    | CommandTimedOut()
-                ):
-                    raise AssertionError(f"{out!r} is for a session to handle, not the link")
-                case _:
-                    assert_never(out)
-        if closing:
-            await self.out.wait_closed()
 
 
 @dataclass(frozen=True, slots=True)
@@ -607,6 +540,5 @@ _READ: Final[dict[type, str]] = {
     ToolCallCancelled: "message",
 }
 """The outputs that carry the server's message they were read from, and its field."""
-_DECODE_AGENT: Final = decoder("agent")
 _COMMANDS: Final = get_args(Command)
 """What the typed sends may send through ``AgentSession._send``."""

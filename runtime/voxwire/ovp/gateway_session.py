@@ -20,8 +20,6 @@ from typing import Any, Final, TypeVar, assert_never
 
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
-from websockets.frames import Frame, Opcode
-from websockets.protocol import Event
 
 from voxwire.capture import Record, open_recorder
 from voxwire.clock import Clock
@@ -45,6 +43,7 @@ from voxwire.ovp import (
     SessionPatch,
     SessionStart,
 )
+from voxwire.ovp._gateway_connection import GatewayConnection
 from voxwire.ovp._session import AudioIn, Sent, SessionOver, SessionStateError
 from voxwire.ovp._transport import count_read, open_link, perform
 from voxwire.ovp.gateway_core import (
@@ -74,9 +73,6 @@ _NO_DEADLINE: Final = frozenset({AudioIn, ToLink, Sent})
 """Outputs that never move one of the core's deadlines: a frame in or out, an event sent (but
 session.start, which starts the 5 s cadence: it sets the timer itself). An empty output may
 (a frame error)."""
-_BINARY: Final = Opcode.BINARY  # bound once: an Enum member look-up costs a call on 3.11
-_DATA_OPCODES: Final = (Opcode.TEXT, _BINARY)
-"""The first frame of a message (a continuation frame belongs to the message before it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,37 +95,6 @@ class GatewayHost:
     """The gateway's metrics: the session's statistics are read there while it lives."""
     persist: Callable[[GatewaySession], None] | None = None
     """The session sent events not saved yet (with a store: voxwire.cluster)."""
-
-
-class GatewayConnection(ServerConnection):
-    """A gateway connection that hands each audio frame to its session as ``websockets`` parses
-    it (``on_binary``, called in ``data_received``), rather than through its message queue and a
-    wakeup of the session's reader task: a frame costs no loop turn on its way in.
-
-    Only a whole binary message takes that path, and only while no message is waiting in the
-    queue (``queued``: what the reader has not read yet), so the order of arrival holds; text
-    (UTF-8 checked by ``websockets``), fragmented messages and whatever arrives behind them go
-    through the queue.
-    """
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.on_binary: Callable[[bytes], None] | None = None
-        self.queued = 0
-
-    def process_event(self, event: Event) -> None:
-        if type(event) is Frame and event.opcode in _DATA_OPCODES:
-            on_binary = self.on_binary
-            if on_binary is not None and event.fin and event.opcode is _BINARY and not self.queued:
-                data = event.data
-                on_binary(data if type(data) is bytes else bytes(data))
-                return
-            self.queued += 1
-        super().process_event(event)
-
-    def read_one(self) -> None:
-        """The reader took one message from the queue."""
-        self.queued -= 1
 
 
 class GatewaySession(GatewaySends[ServerMessage], GatewayReceives, SessionCounts):
@@ -549,10 +514,15 @@ class GatewaySession(GatewaySends[ServerMessage], GatewayReceives, SessionCounts
             self._perform(core.link_lost(link, clock.now(), answered_close=answered))
             del self._links[link]
             await way_out.stop()
-            if not self._links:
-                self._unlinked.set()
-                if self._moved:
-                    self._close_capture()
+            self._gone()
+
+    def _gone(self) -> None:
+        """A connection ended: with none left the session is unlinked (and, if it moved to
+        another process, done here)."""
+        if not self._links:
+            self._unlinked.set()
+            if self._moved:
+                self._close_capture()
 
     def _take_first(self, link: int, way_out: Link, text: str) -> None:
         """The connection's first message, read before the connection was handed over."""
