@@ -70,7 +70,13 @@ var CloseCode = {
    * The gateway cannot go on with the session (an aborted session, OVP_INTERNAL_ERROR); RFC 6455
    * section 7.4.1.
    */
-  INTERNAL_ERROR: 1011
+  INTERNAL_ERROR: 1011,
+  /**
+   * The gateway process is draining and has handed the session over: the client resumes at once,
+   * and its balancer routes the resume to another process, which takes the session over (IANA
+   * WebSocket close code registry, Service Restart).
+   */
+  SERVICE_RESTART: 1012
 };
 
 // node_modules/voxwire/dist/audio/pacer.js
