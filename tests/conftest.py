@@ -41,3 +41,22 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
     """One real redis-server on loopback for the session (tests/servers.py); a test that needs
     it empty calls ``redis_server.flush()``."""
     yield from start_redis(tmp_path_factory.mktemp("redis"))
+
+
+LONGEST_FIRST = (
+    "test_under_load.py",
+    "test_cluster_rolling.py",
+    "test_typescript_client_faults.py",
+    "test_package.py",
+    "test_audio.py",
+    "test_fuzz_captures.py",
+    "test_fuzz_differential.py",
+)
+"""The modules that take longest, started first: the suite's two workers (``-n 2 --dist
+loadfile``) take modules in collection order, so a long module collected last would run alone
+at the end while the other worker sits idle."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest in order
