@@ -285,6 +285,26 @@ test("audio is dropped, and counted, while bufferedAmount is over its bound", as
   assert.deepEqual(frames.map((frame) => ovp.decodeFrame(frame, ovp.FrameDirection.CLIENT_TO_SERVER).frame_seq), [0, 2], "the gap shows");
 });
 
+test("a frame's rtp_timestamp is the sender's when given, checked at its bound before anything advances", async () => {
+  const { client, socket } = await started();
+  const top = ovp.RTP_TIMESTAMP_MODULUS - 1;
+  assert.equal(client.sendAudio(PCM, 0, top), true, "the largest rtp_timestamp is written");
+  assert.throws(() => client.sendAudio(PCM, 0, ovp.RTP_TIMESTAMP_MODULUS), ovp.ProtocolError, "one past it is refused");
+  assert.throws(() => client.sendAudio(PCM, 0, -1), ovp.ProtocolError);
+  assert.equal(client.sendAudio(PCM), true, "the default goes on from the last frame written, wrapping");
+  const frames = socket()
+    .sent.filter((data): data is Uint8Array => typeof data !== "string")
+    .map((frame) => ovp.decodeFrame(frame, ovp.FrameDirection.CLIENT_TO_SERVER));
+  assert.deepEqual(
+    frames.map((frame) => [frame.frame_seq, frame.rtp_timestamp]),
+    [
+      [0, top],
+      [1, (top + ovp.SAMPLES_PER_FRAME) % ovp.RTP_TIMESTAMP_MODULUS],
+    ],
+    "a refused frame takes no frame_seq",
+  );
+});
+
 test("events wait while bufferedAmount is over its bound, and go in order as it falls", async () => {
   const { client, clock, socket } = await started();
   socket().bufferedAmount = ovp.CLIENT_SEND_BUFFER_MAX_BYTES + 1;
